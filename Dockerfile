@@ -1,0 +1,91 @@
+# syntax=docker/dockerfile:1
+#
+# latchkey container image.
+#
+#   docker build -t latchkey:0.1.0 .
+#   docker run --rm -p 8080:8080 \
+#       -e LATCHKEY_REDIS_URL=redis://my-redis:6379 latchkey:0.1.0
+#
+# The image does NOT contain redis-server: always point the service at an
+# existing Redis with LATCHKEY_REDIS_URL (the Helm chart in helm/latchkey
+# enforces this).
+#
+# No HEALTHCHECK is declared on purpose: the runtime image has no curl/wget,
+# and under Kubernetes the kubelet probes the HTTP endpoints directly
+# (livenessProbe GET /healthz, readinessProbe GET /readyz, see the chart).
+
+# Builder and runtime must be the same Debian release (bookworm) so the
+# binary's glibc requirement matches the runtime image.
+ARG RUST_VERSION=1.95
+
+############################################################################
+# Stage 1: build the release binary
+############################################################################
+FROM rust:${RUST_VERSION}-slim-bookworm AS builder
+
+WORKDIR /usr/src/latchkey
+
+# --- Dependency cache layer -------------------------------------------------
+# Only the manifest and lockfile are copied, and every target that
+# Cargo.toml declares gets a placeholder source file (the [[bench]] target
+# "latchkey-bench" must exist for the manifest to load). This layer, with
+# all compiled dependencies, is reused until Cargo.toml or Cargo.lock change.
+# Afterwards the placeholder crate's own artifacts are deleted so the real
+# sources are always rebuilt, whatever the modification times of the copied
+# files are.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir -p src benches \
+    && echo 'fn main() {}' > src/main.rs \
+    && echo '' > src/lib.rs \
+    && echo 'fn main() {}' > benches/latchkey_bench.rs \
+    && cargo build --release --locked --bin latchkey \
+    && rm -rf src benches \
+    && rm -rf target/release/.fingerprint/latchkey-* \
+              target/release/deps/latchkey-* \
+              target/release/deps/liblatchkey-* \
+              target/release/latchkey*
+
+# --- Real sources -------------------------------------------------------------
+COPY src/ ./src/
+COPY benches/ ./benches/
+COPY openapi/ ./openapi/
+RUN cargo build --release --locked --bin latchkey \
+    && cp target/release/latchkey /usr/local/bin/latchkey
+
+############################################################################
+# Stage 2: minimal runtime
+############################################################################
+FROM debian:bookworm-slim AS runtime
+
+LABEL org.opencontainers.image.title="latchkey" \
+      org.opencontainers.image.description="Distributed locks over HTTP, backed by Redis" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# ca-certificates is the only runtime dependency: rustls loads the system
+# trust store (rustls-native-certs) for rediss:// (TLS) Redis connections.
+# Versions are deliberately not pinned: the bookworm security archive
+# replaces package versions, so a pin would break the build over time.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 latchkey \
+    && useradd --system --uid 10001 --gid 10001 \
+               --no-create-home --home-dir /nonexistent \
+               --shell /usr/sbin/nologin latchkey
+
+COPY --from=builder /usr/local/bin/latchkey /usr/local/bin/latchkey
+
+# Listen on all interfaces inside the container so the port is reachable
+# from outside the container/pod.
+ENV LATCHKEY_LISTEN=0.0.0.0:8080
+
+EXPOSE 8080
+
+# Numeric UID:GID so Kubernetes' runAsNonRoot check can verify it.
+USER 10001:10001
+
+# On SIGTERM (Docker's and Kubernetes' default stop signal) the service
+# shuts down within LATCHKEY_SHUTDOWN_GRACE_MS (default 10 s); keep the
+# orchestrator's stop timeout above that (the chart uses 30 s).
+ENTRYPOINT ["/usr/local/bin/latchkey"]

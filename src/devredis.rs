@@ -1,0 +1,235 @@
+//! Private `redis-server` child processes: dev mode (API.md §11), and the
+//! test suite and benchmark, which start their own servers the same way.
+//!
+//! Each server listens on a free loopback port, with no persistence, in
+//! its own temporary directory. It is stopped when its handle is dropped,
+//! and on Linux it is also asked (PR_SET_PDEATHSIG) to exit if latchkey
+//! itself dies without running destructors (SIGKILL), so no orphan is left.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "redis-server was not found on PATH. latchkey's dev mode (no \
+LATCHKEY_REDIS_URL set) starts private redis-server processes. Install it with \
+`sudo apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS), \
+or point latchkey at an existing Redis with LATCHKEY_REDIS_URL=redis://host:6379.";
+
+/// Finds `redis-server` on PATH, or explains how to install it.
+pub fn redis_server_binary() -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("redis-server"))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| INSTALL_HINT.to_string())
+}
+
+/// One running redis-server child.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra_args: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port.
+    pub fn start() -> Result<RedisServer, String> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments
+    /// (e.g. `["--replicaof", "127.0.0.1", "6379"]`).
+    pub fn start_with(extra_args: &[&str]) -> Result<RedisServer, String> {
+        let binary = redis_server_binary()?;
+        let mut last_error = String::new();
+        // A free port can be taken by someone else between our probe and
+        // redis-server's bind; try a few.
+        for _ in 0..5 {
+            let port = free_port()?;
+            let mut server = RedisServer {
+                child: None,
+                port,
+                dir: temp_dir(port)?,
+                extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            };
+            match server.spawn(&binary) {
+                Ok(()) => return Ok(server),
+                Err(e) => last_error = e,
+            }
+        }
+        Err(last_error)
+    }
+
+    fn spawn(&mut self, binary: &Path) -> Result<(), String> {
+        let log = self.dir.join("redis.log");
+        let mut command = Command::new(binary);
+        command
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .args(["--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        die_with_parent(&mut command);
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if ping(self.port) {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return Err(format!(
+                    "redis-server on port {} exited ({status}): {}",
+                    self.port,
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stop();
+        Err(format!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        ))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (as a crash would: no shutdown save).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, with an empty dataset.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        let binary = redis_server_binary()?;
+        let started = Instant::now();
+        // The port may linger briefly after the kill.
+        loop {
+            match self.spawn(&binary) {
+                Ok(()) => return Ok(()),
+                Err(e) if started.elapsed() > Duration::from_secs(10) => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// The last lines of the server's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- redis-server :{} log ---\n{}",
+                self.port,
+                self.log_tail()
+            );
+        }
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Dev mode's servers: one main node and three independent RedLock nodes.
+pub struct DevRedis {
+    main: RedisServer,
+    redlock: Vec<RedisServer>,
+}
+
+impl DevRedis {
+    pub fn start() -> Result<DevRedis, String> {
+        let main = RedisServer::start()?;
+        let redlock = (0..3)
+            .map(|_| RedisServer::start())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(DevRedis { main, redlock })
+    }
+
+    pub fn main_url(&self) -> String {
+        self.main.url()
+    }
+
+    pub fn redlock_urls(&self) -> Vec<String> {
+        self.redlock.iter().map(RedisServer::url).collect()
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("cannot find a free port: {e}"))
+}
+
+fn temp_dir(port: u16) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("latchkey-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// True when something on `port` answers `PING` with `+PONG`.
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// Asks the kernel to SIGTERM the child when the thread that spawned it
+/// exits, so a killed latchkey leaves no orphaned redis-server. Because it
+/// is tied to the spawning *thread*, start servers from a long-lived thread
+/// (the main thread, or a test's own thread), never from a pooled one.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls prctl, which is async-signal-safe and touches no shared state.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_: &mut Command) {}

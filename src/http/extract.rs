@@ -1,0 +1,244 @@
+//! Request extractors that answer in our problem format, and input rules
+//! shared by every resource (API.md §1).
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{StatusCode, header};
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+
+use crate::error::ApiError;
+
+/// A JSON body whose fields are all optional: an omitted or empty body
+/// (what Swagger UI sends) means "all defaults".
+#[derive(Debug, Clone, Default)]
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Default,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase);
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(body_rejection)?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(ApiJson(T::default()));
+        }
+        if !content_type.as_deref().is_some_and(is_json) {
+            return Err(ApiError::unsupported_media_type());
+        }
+        serde_json::from_slice(&bytes)
+            .map(ApiJson)
+            .map_err(|e| ApiError::invalid_body(format!("request body is not valid: {e}")))
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+fn body_rejection(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "Request body too large",
+            "the request body is larger than the configured limit (max_body_bytes)",
+        )
+    } else {
+        ApiError::invalid_body(format!("could not read the request body: {rejection}"))
+    }
+}
+
+/// Path parameters; a malformed path is an invalid name.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::invalid_name(format!("invalid path: {}", rejection.body_text()))
+    }
+}
+
+/// Query parameters in our problem format.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::invalid_body(format!("invalid query string: {}", rejection.body_text()))
+    }
+}
+
+fn valid_chars(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._~:-".contains(&b))
+}
+
+/// Object names: 1–256 bytes of `[A-Za-z0-9._~:-]`.
+pub fn check_name(name: &str) -> Result<(), ApiError> {
+    if (1..=256).contains(&name.len()) && valid_chars(name) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_name(
+            "names are 1-256 characters of A-Z a-z 0-9 . _ ~ : -",
+        ))
+    }
+}
+
+/// Holder ids: 1–128 bytes of `[A-Za-z0-9._~:-]`.
+pub fn check_holder(holder: &str) -> Result<(), ApiError> {
+    if (1..=128).contains(&holder.len()) && valid_chars(holder) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_body(
+            "holder ids are 1-128 characters of A-Z a-z 0-9 . _ ~ : -",
+        ))
+    }
+}
+
+/// A holder id in a path: same rules, but reported as a path problem.
+pub fn check_holder_in_path(holder: &str) -> Result<(), ApiError> {
+    check_holder(holder).map_err(|_| {
+        ApiError::invalid_name("holder ids are 1-128 characters of A-Z a-z 0-9 . _ ~ : -")
+    })
+}
+
+/// A new holder id with 128 bits of randomness, as 32 hex digits.
+pub fn new_holder() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An integer millisecond field as sent. Negative numbers and numbers too
+/// large for any range are kept (and later reported as `out-of-range`);
+/// anything that is not an integer is a body error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Millis(pub i128);
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Millis;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an integer number of milliseconds")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Millis, E> {
+                Ok(Millis(v.into()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Millis, E> {
+                Ok(Millis(v.into()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Millis, E> {
+                // serde_json reads integers beyond u64 as floats.
+                if v.fract() == 0.0 && v.abs() >= 9.0e18 {
+                    Ok(Millis(if v > 0.0 { i128::MAX } else { i128::MIN }))
+                } else {
+                    Err(E::custom("expected an integer number of milliseconds"))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Millis {
+    /// Checks `min..=max` and names the field in the problem.
+    pub fn within(self, field: &str, min: u64, max: u64) -> Result<u64, ApiError> {
+        if self.0 < i128::from(min) || self.0 > i128::from(max) {
+            return Err(ApiError::out_of_range(format!(
+                "{field} must be between {min} and {max}, got {}",
+                match self.0 {
+                    i128::MAX => "a larger number".to_string(),
+                    i128::MIN => "a smaller number".to_string(),
+                    n => n.to_string(),
+                }
+            ))
+            .with("field", field));
+        }
+        Ok(self.0 as u64)
+    }
+}
+
+/// True when the client asked for Server-Sent Events.
+pub fn wants_sse(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize, Debug)]
+    struct Body {
+        lease_ms: Option<Millis>,
+    }
+
+    fn parse(json: &str) -> Result<Option<Millis>, String> {
+        serde_json::from_str::<Body>(json)
+            .map(|b| b.lease_ms)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn millis_accepts_integers_and_keeps_out_of_range_values() {
+        assert_eq!(parse(r#"{"lease_ms": 1000}"#).unwrap(), Some(Millis(1000)));
+        assert_eq!(parse(r#"{"lease_ms": -5}"#).unwrap(), Some(Millis(-5)));
+        assert_eq!(
+            parse(r#"{"lease_ms": 99999999999999999999999}"#).unwrap(),
+            Some(Millis(i128::MAX))
+        );
+        assert!(parse(r#"{"lease_ms": 1.5}"#).is_err());
+        assert!(parse(r#"{"lease_ms": "1000"}"#).is_err());
+    }
+
+    #[test]
+    fn names_and_holders_follow_the_contract() {
+        assert!(check_name("orders").is_ok());
+        assert!(check_name("a.b_c~d:e-f").is_ok());
+        assert!(check_name(&"x".repeat(256)).is_ok());
+        assert!(check_name(&"x".repeat(257)).is_err());
+        assert!(check_name("").is_err());
+        assert!(check_name("{orders}").is_err());
+        assert!(check_name("a b").is_err());
+        assert!(check_holder(&"h".repeat(128)).is_ok());
+        assert!(check_holder(&"h".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn generated_holders_are_128_bits_of_hex() {
+        let a = new_holder();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, new_holder());
+    }
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json("application/json"));
+        assert!(is_json("application/json; charset=utf-8"));
+        assert!(is_json("application/merge-patch+json"));
+        assert!(!is_json("application/x-www-form-urlencoded"));
+        assert!(!is_json("text/plain"));
+    }
+}

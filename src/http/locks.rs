@@ -1,0 +1,402 @@
+//! `/locks/{name}/...`: reentrant locks (API.md §3).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::app::AppState;
+use crate::coord::locks::{LockGrant, Locks};
+use crate::error::{ApiError, Problem};
+use crate::http::extract::{
+    ApiJson, ApiPath, ApiQuery, Millis, check_holder, check_holder_in_path, check_name, new_holder,
+    wants_sse,
+};
+use crate::http::waiting::{self, Acquisition};
+use crate::wait::{Attempt, Blocked};
+
+pub const TAG: &str = "locks";
+
+/// The object name in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct NamePath {
+    /// 1–256 characters of `A-Z a-z 0-9 . _ ~ : -`.
+    #[param(example = "orders", pattern = "^[A-Za-z0-9._~:-]{1,256}$")]
+    pub name: String,
+}
+
+/// The object name and a holder id in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct HolderPath {
+    /// 1–256 characters of `A-Z a-z 0-9 . _ ~ : -`.
+    #[param(example = "orders", pattern = "^[A-Za-z0-9._~:-]{1,256}$")]
+    pub name: String,
+    /// The holder id from the grant (a capability: keep it secret).
+    #[param(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: String,
+}
+
+/// Body of an acquire. Every field is optional; the body may be omitted.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"lease_ms": 30000, "wait_ms": 0}))]
+pub struct AcquireRequest {
+    /// Who acquires. Omit it and the server generates one (128 random
+    /// bits); reuse it to re-enter, renew and release.
+    #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: Option<String>,
+    /// Lease in ms (default 30000; range set by min_lease_ms/max_lease_ms,
+    /// default 500..=86400000). The hold ends when it lapses without a heartbeat.
+    #[schema(value_type = Option<u64>, example = 30000)]
+    pub lease_ms: Option<Millis>,
+    /// How long to wait for the lock, in ms (default 0 = try once; at most
+    /// max_wait_ms, default 60000).
+    #[schema(value_type = Option<u64>, example = 0)]
+    pub wait_ms: Option<Millis>,
+}
+
+/// Body of a heartbeat; may be omitted.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({}))]
+pub struct HeartbeatRequest {
+    /// New lease in ms. Omit it to renew for the lease the hold already has.
+    #[schema(value_type = Option<u64>, example = 30000)]
+    pub lease_ms: Option<Millis>,
+}
+
+/// A successful acquisition or renewal.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "orders",
+    "holder": "3f9c0f3e6c1b4a0e9d2b7a51c2e4f8aa",
+    "fencing_token": 42,
+    "hold_count": 1,
+    "lease_ms": 30000,
+    "expires_in_ms": 30000,
+    "heartbeat_interval_ms": 10000
+}))]
+pub struct Grant {
+    pub name: String,
+    /// The holder id: a capability to renew and release. Only ever shown
+    /// to the request that supplied or received it.
+    pub holder: String,
+    /// Strictly increasing per lock name over the deployment's life; hand
+    /// it to downstream resources so they can reject stale holders.
+    pub fencing_token: u64,
+    /// Reentrant holds by this holder; the lock is free at 0.
+    pub hold_count: u64,
+    pub lease_ms: u64,
+    pub expires_in_ms: u64,
+    /// How often to send a heartbeat (lease_ms / 3).
+    pub heartbeat_interval_ms: u64,
+}
+
+impl Grant {
+    fn new(name: &str, holder: &str, g: &LockGrant) -> Self {
+        Grant {
+            name: name.to_string(),
+            holder: holder.to_string(),
+            fencing_token: g.fencing_token,
+            hold_count: g.hold_count,
+            lease_ms: g.lease_ms,
+            expires_in_ms: g.lease_ms,
+            heartbeat_interval_ms: g.lease_ms / 3,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReleaseQuery {
+    /// Release every reentrant hold at once.
+    pub all: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released": true, "hold_count": 0}))]
+pub struct ReleaseResponse {
+    /// True when the lock became free.
+    pub released: bool,
+    /// Holds this holder still has.
+    pub hold_count: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500,
+    "fencing_token": 42, "waiters": 3
+}))]
+pub struct LockStateResponse {
+    pub name: String,
+    pub locked: bool,
+    pub hold_count: u64,
+    /// Remaining lease in ms (0 when free).
+    pub ttl_ms: u64,
+    /// Last fencing token issued (0 if never locked).
+    pub fencing_token: u64,
+    /// Requests waiting on the instance that answers.
+    pub waiters: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released": true}))]
+pub struct ForceUnlockResponse {
+    /// True when the lock was held and is now free.
+    pub released: bool,
+}
+
+/// Shared request checks: lease and wait ranges from the configuration.
+pub fn lease_from(state: &AppState, lease: Option<Millis>) -> Result<u64, ApiError> {
+    let c = &state.config;
+    match lease {
+        None => Ok(c.default_lease_ms),
+        Some(m) => m.within("lease_ms", c.min_lease_ms, c.max_lease_ms),
+    }
+}
+
+pub fn wait_from(state: &AppState, wait: Option<Millis>) -> Result<u64, ApiError> {
+    match wait {
+        None => Ok(0),
+        Some(m) => m.within("wait_ms", 0, state.config.max_wait_ms),
+    }
+}
+
+#[derive(Clone)]
+struct LockAcquisition {
+    locks: Locks,
+    name: String,
+    holder: String,
+    lease_ms: u64,
+}
+
+impl Acquisition for LockAcquisition {
+    type Grant = LockGrant;
+
+    fn primitive(&self) -> &'static str {
+        "lock"
+    }
+
+    fn channel(&self) -> String {
+        self.locks.wake_channel(&self.name)
+    }
+
+    async fn attempt(&self) -> Result<Attempt<LockGrant>, ApiError> {
+        Ok(self
+            .locks
+            .try_acquire(&self.name, &self.holder, self.lease_ms)
+            .await?)
+    }
+
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        ApiError::lock_held(blocked.retry_after_ms)
+    }
+
+    fn grant_json(&self, grant: &LockGrant) -> Value {
+        json!(Grant::new(&self.name, &self.holder, grant))
+    }
+
+    fn granted(&self, grant: LockGrant) -> Response {
+        let location = format!("/locks/{}/holders/{}", self.name, self.holder);
+        let mut response = (
+            StatusCode::CREATED,
+            Json(Grant::new(&self.name, &self.holder, &grant)),
+        )
+            .into_response();
+        if let Ok(value) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, value);
+        }
+        response
+    }
+
+    async fn abandon(&self) {
+        if let Err(e) = self.locks.release(&self.name, &self.holder, false).await {
+            tracing::warn!(error = %e, "could not give back a lock granted to a departed client");
+        }
+    }
+}
+
+/// Acquire the lock (or re-enter it as its holder).
+///
+/// Long-polls up to `wait_ms`. With `Accept: text/event-stream` the answer
+/// is a stream: `waiting` events, then one `acquired`, `timeout` or `error`.
+#[utoipa::path(
+    post,
+    path = "/locks/{name}/acquire",
+    tag = TAG,
+    params(NamePath),
+    request_body(content = Option<AcquireRequest>, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Acquired (or re-entered). `Location` is the hold's URL.",
+            body = Grant, content_type = "application/json",
+            headers(("Location" = String, description = "/locks/{name}/holders/{holder}"))),
+        (status = 200, description = "With `Accept: text/event-stream`: `event: waiting` \
+            (data `{\"retry_after_ms\"}`), then exactly one of `event: acquired` (data: Grant), \
+            `event: timeout` (data: the 409 problem) or `event: error` (data: a problem).",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "Invalid name, body or out-of-range value", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Held by another holder (`lock-held`), with `retry_after_ms` and `Retry-After`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many waiters on this instance", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis unavailable, or shutting down", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn acquire(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<AcquireRequest>,
+) -> Result<Response, ApiError> {
+    check_name(&path.name)?;
+    let holder = match body.holder {
+        Some(holder) => {
+            check_holder(&holder)?;
+            holder
+        }
+        None => new_holder(),
+    };
+    let lease_ms = lease_from(&state, body.lease_ms)?;
+    let wait_ms = wait_from(&state, body.wait_ms)?;
+    let acquisition = LockAcquisition {
+        locks: state.locks.clone(),
+        name: path.name,
+        holder,
+        lease_ms,
+    };
+    waiting::respond(
+        &state.engine,
+        &state.metrics,
+        wants_sse(&headers),
+        wait_ms,
+        acquisition,
+    )
+    .await
+}
+
+/// Renew a hold's lease.
+#[utoipa::path(
+    post,
+    path = "/locks/{name}/holders/{holder}/heartbeat",
+    tag = TAG,
+    params(HolderPath),
+    request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Renewed", body = Grant),
+        (status = 400, description = "Invalid name, holder or lease", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not held by this holder (released or expired)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<HolderPath>,
+    ApiJson(body): ApiJson<HeartbeatRequest>,
+) -> Result<Json<Grant>, ApiError> {
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    let lease = match body.lease_ms {
+        None => None,
+        Some(m) => Some(lease_from(&state, Some(m))?),
+    };
+    match state
+        .locks
+        .heartbeat(&path.name, &path.holder, lease)
+        .await?
+    {
+        Some(grant) => Ok(Json(Grant::new(&path.name, &path.holder, &grant))),
+        None => Err(not_held()),
+    }
+}
+
+fn not_held() -> ApiError {
+    ApiError::not_held("this holder does not hold the lock (released, expired, or never acquired)")
+}
+
+/// Release one hold (or all holds with `?all=true`).
+#[utoipa::path(
+    delete,
+    path = "/locks/{name}/holders/{holder}",
+    tag = TAG,
+    params(HolderPath, ReleaseQuery),
+    responses(
+        (status = 200, description = "Released", body = ReleaseResponse),
+        (status = 400, description = "Invalid name or holder", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not held by this holder", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn release(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<HolderPath>,
+    ApiQuery(query): ApiQuery<ReleaseQuery>,
+) -> Result<Json<ReleaseResponse>, ApiError> {
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    match state
+        .locks
+        .release(&path.name, &path.holder, query.all.unwrap_or(false))
+        .await?
+    {
+        Some(r) => Ok(Json(ReleaseResponse {
+            released: r.released,
+            hold_count: r.hold_count,
+        })),
+        None => Err(not_held()),
+    }
+}
+
+/// Read a lock's state. Never reveals the holder id.
+#[utoipa::path(
+    get,
+    path = "/locks/{name}",
+    tag = TAG,
+    params(NamePath),
+    responses(
+        (status = 200, description = "The lock's state", body = LockStateResponse),
+        (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn state(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+) -> Result<Json<LockStateResponse>, ApiError> {
+    check_name(&path.name)?;
+    let s = state.locks.state(&path.name).await?;
+    Ok(Json(LockStateResponse {
+        waiters: state
+            .engine
+            .waiters_on(&state.locks.wake_channel(&path.name)),
+        name: path.name,
+        locked: s.locked,
+        hold_count: s.hold_count,
+        ttl_ms: s.ttl_ms,
+        fencing_token: s.fencing_token,
+    }))
+}
+
+/// Force unlock: remove the lock whoever holds it, and wake waiters.
+#[utoipa::path(
+    delete,
+    path = "/locks/{name}",
+    tag = TAG,
+    params(NamePath),
+    responses(
+        (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlockResponse),
+        (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn force_unlock(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+) -> Result<Json<ForceUnlockResponse>, ApiError> {
+    check_name(&path.name)?;
+    let released = state.locks.force_unlock(&path.name).await?;
+    Ok(Json(ForceUnlockResponse { released }))
+}

@@ -1,0 +1,40 @@
+//! # latchkey
+//!
+//! Redisson's distributed locks and synchronizers served over plain HTTP.
+//! A stateless axum service: all state lives in Redis and every state
+//! change is one atomic Lua script. Blocking waits are long-polls or
+//! Server-Sent Events woken by Redis pub/sub; clients renew their leases
+//! with heartbeats.
+//!
+//! ## Module map
+//!
+//! - [`config`]: typed settings (defaults → TOML file → env → flags), validated at start.
+//! - [`app`]: [`app::AppState`], the router and its layers, start-up, graceful shutdown.
+//! - [`error`]: the one error type, rendered as `application/problem+json`.
+//! - [`http`]: one module per resource (`locks`, `health`), extractors, the
+//!   long-poll/SSE adapter, and the route list that generates the OpenAPI document.
+//! - [`coord`]: the primitives as plain Rust APIs over the store.
+//! - [`store`]: the only code that talks to Redis — pool, Lua scripts, pub/sub hub.
+//! - [`wait`]: the one blocking-wait engine every primitive uses.
+//! - [`metrics`], [`telemetry`]: Prometheus registry and JSON logs.
+//! - [`devredis`]: private redis-server processes for dev mode, tests and the benchmark.
+
+pub mod app;
+pub mod config;
+pub mod coord;
+pub mod devredis;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod store;
+pub mod telemetry;
+pub mod wait;
+
+/// The OpenAPI document as pretty JSON, exactly as committed in
+/// `openapi/openapi.json`.
+pub fn openapi_json() -> String {
+    let mut text =
+        serde_json::to_string_pretty(&http::openapi()).expect("the OpenAPI document serializes");
+    text.push('\n');
+    text
+}

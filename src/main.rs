@@ -1,0 +1,36 @@
+//! The `latchkey` binary: parse config → init telemetry → run.
+
+use std::process::ExitCode;
+
+use latchkey::config::{self, Invocation};
+
+fn main() -> ExitCode {
+    let config = match config::from_process() {
+        Ok(Invocation::Run(config)) => config,
+        Ok(Invocation::Help) => {
+            print!("{}", config::usage());
+            return ExitCode::SUCCESS;
+        }
+        Ok(Invocation::Version) => {
+            println!("latchkey {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Ok(Invocation::PrintOpenApi) => {
+            print!("{}", latchkey::openapi_json());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("latchkey: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    latchkey::telemetry::init(&config.log);
+    match latchkey::app::run(*config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "latchkey stopped");
+            eprintln!("latchkey: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The Redis connection pool.
+//!
+//! Built on deadpool (the engine under deadpool-redis) with our own
+//! manager, for two reasons:
+//!
+//! - deadpool-redis's stock manager sends `UNWATCH` + `PING` on every
+//!   checkout, an extra round trip on every request. Ours recycles without
+//!   I/O and instead discards a connection that saw an I/O error or timeout.
+//! - Every connection gets explicit connect and response timeouts (the
+//!   redis crate's 500 ms default response timeout would turn a slow Redis
+//!   into spurious 503s; no timeout at all would hang requests).
+//!
+//! Sizing: a request holds a connection only for one script call, never
+//! while it waits, so the pool bounds concurrent Redis round trips, not
+//! concurrent requests. The default of 32 is well above what two cores can
+//! keep busy; `wait` timeout = connect timeout, so a starved pool answers
+//! 503 instead of queueing forever.
+
+use std::ops::{Deref, DerefMut};
+use std::time::Duration;
+
+use deadpool::managed::{self, Metrics as PoolMetrics, RecycleError, RecycleResult};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError};
+
+pub type ConnPool = managed::Pool<RedisManager>;
+pub type Conn = managed::Object<RedisManager>;
+
+/// A pooled connection plus whether it must be thrown away.
+pub struct PooledConnection {
+    conn: MultiplexedConnection,
+    broken: bool,
+}
+
+impl PooledConnection {
+    /// Marks the connection unusable: the pool drops it instead of reusing it.
+    pub fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+}
+
+impl Deref for PooledConnection {
+    type Target = MultiplexedConnection;
+    fn deref(&self) -> &MultiplexedConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for PooledConnection {
+    fn deref_mut(&mut self) -> &mut MultiplexedConnection {
+        &mut self.conn
+    }
+}
+
+pub struct RedisManager {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+}
+
+impl RedisManager {
+    pub fn new(client: redis::Client, connect: Duration, response: Duration) -> Self {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect))
+            .set_response_timeout(Some(response));
+        RedisManager { client, config }
+    }
+}
+
+impl managed::Manager for RedisManager {
+    type Type = PooledConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<PooledConnection, RedisError> {
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        Ok(PooledConnection {
+            conn,
+            broken: false,
+        })
+    }
+
+    async fn recycle(
+        &self,
+        conn: &mut PooledConnection,
+        _: &PoolMetrics,
+    ) -> RecycleResult<RedisError> {
+        if conn.broken {
+            Err(RecycleError::message(
+                "connection saw an I/O error or timeout",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+pub fn build(manager: RedisManager, size: usize, wait: Duration) -> Result<ConnPool, String> {
+    managed::Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(wait))
+        .create_timeout(Some(wait))
+        .recycle_timeout(Some(wait))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .map_err(|e| format!("cannot build the Redis pool: {e}"))
+}
+
+impl redis::aio::ConnectionLike for PooledConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.conn.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}

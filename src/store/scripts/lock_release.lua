@@ -1,0 +1,25 @@
+-- lock_release: drop one hold (or all holds) of a holder.
+--
+-- KEYS[1]  lock hash  {prefix}{name}:lock
+-- ARGV[1]  holder id
+-- ARGV[2]  '1' to release every reentrant hold, '0' to release one
+-- ARGV[3]  wake channel {prefix}{name}:lock:wake
+--
+-- Returns  {-1}            not held by this holder
+--          {1, 0}          the lock became free (waiters were notified)
+--          {0, hold_count} still held by this holder, hold_count remaining
+--
+-- Invariant: the lock is free exactly when the hold count reaches 0; every
+-- transition to free publishes one wake message.
+local h = redis.call('HMGET', KEYS[1], 'holder', 'count')
+if h[1] ~= ARGV[1] then
+  return {-1}
+end
+local count = tonumber(h[2]) - 1
+if ARGV[2] == '1' or count <= 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], 'free')
+  return {1, 0}
+end
+redis.call('HSET', KEYS[1], 'count', count)
+return {0, count}
