@@ -214,9 +214,10 @@ pub fn run(mut config: Config) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async move {
+        let signals = ShutdownSignals::install()?;
         let app = Application::build(config).await?;
+        tokio::spawn(signals.cancel_on_signal(app.shutdown_token()));
         tracing::info!(addr = %app.local_addr(), "latchkey listening");
-        tokio::spawn(cancel_on_signal(app.shutdown_token()));
         app.run().await.map_err(|e| format!("server error: {e}"))
     })?;
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -224,29 +225,41 @@ pub fn run(mut config: Config) -> Result<(), String> {
     Ok(())
 }
 
-/// Cancels `token` on SIGTERM or Ctrl-C (SIGINT).
-async fn cancel_on_signal(token: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM and SIGINT (Ctrl-C) listeners. They are registered when
+/// created, so a signal that arrives before the first poll is not lost (and
+/// does not fall through to the default action, which would kill the
+/// process without a graceful shutdown).
+struct ShutdownSignals {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot listen for SIGTERM");
-                    let _ = ctrl_c.await;
-                    token.cancel();
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => tracing::info!("SIGINT received"),
-            _ = term.recv() => tracing::info!("SIGTERM received"),
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> Result<Self, String> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let term = signal(SignalKind::terminate())
+                .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+            let int = signal(SignalKind::interrupt())
+                .map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+            Ok(ShutdownSignals { term, int })
         }
+        #[cfg(not(unix))]
+        Ok(ShutdownSignals {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    /// Cancels `token` on the first signal.
+    async fn cancel_on_signal(mut self, token: CancellationToken) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM received"),
+            _ = self.int.recv() => tracing::info!("SIGINT received"),
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        token.cancel();
     }
-    token.cancel();
 }

@@ -1,0 +1,227 @@
+//! Every bad input gets the right 4xx problem+json (API.md §1, §9).
+
+use serde_json::json;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn invalid_names_are_rejected() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let long = "x".repeat(257);
+    for name in [
+        "%7Bbraces%7D",
+        "a%20b",
+        "caf%C3%A9",
+        "semi;colon",
+        long.as_str(),
+    ] {
+        let response = app
+            .client
+            .post(app.url(&format!("/locks/{name}/acquire")))
+            .send()
+            .await
+            .unwrap();
+        assert_problem(response, 400, "invalid-name").await;
+        let response = app
+            .client
+            .get(app.url(&format!("/locks/{name}")))
+            .send()
+            .await
+            .unwrap();
+        assert_problem(response, 400, "invalid-name").await;
+    }
+    let ok = "x".repeat(256);
+    assert_eq!(
+        app.client
+            .get(app.url(&format!("/locks/{ok}")))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let response = app
+        .client
+        .delete(app.url("/locks/ok/holders/bad%20holder"))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(response, 400, "invalid-name").await;
+}
+
+#[tokio::test]
+async fn invalid_holders_in_the_body_are_rejected() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    for holder in [
+        json!(""),
+        json!("has space"),
+        json!("h".repeat(129)),
+        json!("{x}"),
+    ] {
+        let response = app.acquire("h", json!({"holder": holder})).await;
+        assert_problem(response, 400, "invalid-body").await;
+    }
+    let response = app.acquire("h", json!({"holder": 42})).await;
+    assert_problem(response, 400, "invalid-body").await;
+}
+
+#[tokio::test]
+async fn out_of_range_durations_are_rejected() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    for body in [
+        json!({"lease_ms": 499}),
+        json!({"lease_ms": 86_400_001u64}),
+        json!({"lease_ms": -1}),
+        json!({"lease_ms": 0}),
+        json!({"wait_ms": 60_001}),
+        json!({"wait_ms": -5}),
+    ] {
+        let problem =
+            assert_problem(app.acquire("r", body.clone()).await, 400, "out-of-range").await;
+        assert!(
+            problem["detail"].as_str().unwrap().contains("_ms"),
+            "{body} → {problem}"
+        );
+    }
+    let huge = app
+        .client
+        .post(app.url("/locks/r/acquire"))
+        .header("content-type", "application/json")
+        .body(r#"{"lease_ms": 100000000000000000000000000}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(huge, 400, "out-of-range").await;
+    let heartbeat = app.heartbeat("r", "h", json!({"lease_ms": 10})).await;
+    assert_problem(heartbeat, 400, "out-of-range").await;
+    // The limits are configuration.
+    let tight = spawn_app_with(&redis, &[("max_wait_ms", "1000"), ("min_lease_ms", "100")]).await;
+    assert_problem(
+        tight.acquire("r", json!({"wait_ms": 1001})).await,
+        400,
+        "out-of-range",
+    )
+    .await;
+    assert_eq!(
+        tight.acquire("r", json!({"lease_ms": 100})).await.status(),
+        201
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_and_wrong_types_are_invalid_body() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    for raw in [
+        "{",
+        "[]",
+        "\"text\"",
+        r#"{"lease_ms": 1.5}"#,
+        r#"{"lease_ms": "1000"}"#,
+        r#"{"lease": 1000}"#,
+        r#"{"holder": null, "extra": true}"#,
+    ] {
+        let response = app
+            .client
+            .post(app.url("/locks/j/acquire"))
+            .header("content-type", "application/json")
+            .body(raw)
+            .send()
+            .await
+            .unwrap();
+        assert_problem(response, 400, "invalid-body").await;
+    }
+}
+
+#[tokio::test]
+async fn a_form_encoded_body_gets_415_telling_how_to_send_json() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    // What `curl -d '{"lease_ms":1000}'` sends without -H.
+    let response = app
+        .client
+        .post(app.url("/locks/f/acquire"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(r#"{"lease_ms":1000}"#)
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(response, 415, "unsupported-media-type").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("-H 'Content-Type: application/json'")
+    );
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_413() {
+    let redis = redis();
+    let app = spawn_app_with(&redis, &[("max_body_bytes", "1024")]).await;
+    let big = format!(r#"{{"holder": "{}"}}"#, "x".repeat(2000));
+    let response = app
+        .client
+        .post(app.url("/locks/big/acquire"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(response, 413, "body-too-large").await;
+}
+
+#[tokio::test]
+async fn unsupported_methods_get_405_problems_never_5xx() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    for (method, path) in [
+        ("GET", "/locks/m/acquire"),
+        ("PUT", "/locks/m"),
+        ("PATCH", "/locks/m/holders/h"),
+        ("TRACE", "/locks/m"),
+        ("FOO", "/locks/m"),
+        ("POST", "/healthz"),
+        ("DELETE", "/metrics"),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = app
+            .client
+            .request(method.clone(), app.url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_problem(response, 405, "method-not-allowed").await;
+    }
+}
+
+#[tokio::test]
+async fn unknown_routes_get_404_problems() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    for path in ["/", "/nope", "/locks", "/locks/a/b/c/d/e"] {
+        let response = app.client.get(app.url(path)).send().await.unwrap();
+        assert_problem(response, 404, "not-found").await;
+    }
+}
+
+#[tokio::test]
+async fn responses_carry_a_request_id_and_cors_headers() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let response = app
+        .client
+        .get(app.url("/locks/x"))
+        .header("origin", "http://localhost:3000")
+        .header("x-request-id", "trace-me")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-request-id"], "trace-me");
+    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    let generated = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert!(generated.headers().contains_key("x-request-id"));
+}

@@ -1,0 +1,242 @@
+//! Test support: real redis-server processes and the real app on port 0.
+//!
+//! Every test starts its own redis-server (so tests are independent and can
+//! run in parallel) and one or more app instances pointed at it. Set
+//! `TEST_LOG=1` to see the service's logs.
+
+use std::time::{Duration, Instant};
+
+use latchkey::app::Application;
+use latchkey::config::Config;
+use latchkey::devredis::RedisServer;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Starts a private redis-server. Call it from the test's own thread (the
+/// test body), never from a spawned task: the server is tied to the thread
+/// that started it.
+pub fn redis() -> RedisServer {
+    RedisServer::start().expect("redis-server starts (is it installed? see README)")
+}
+
+/// One running app instance.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub shutdown: CancellationToken,
+    pub handle: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(handle) = self.handle.take() {
+            handle.abort();
+        }
+    }
+}
+
+pub async fn spawn_app(redis: &RedisServer) -> TestApp {
+    spawn_app_with(redis, &[]).await
+}
+
+/// Starts the app against `redis` with extra settings (`key`, `value`).
+pub async fn spawn_app_with(redis: &RedisServer, overrides: &[(&str, &str)]) -> TestApp {
+    if std::env::var_os("TEST_LOG").is_some() {
+        latchkey::telemetry::init("debug");
+    }
+    let url = redis.url();
+    let mut settings: Vec<(&str, &str)> = vec![
+        ("listen", "127.0.0.1:0"),
+        ("redis_url", url.as_str()),
+        ("redis_connect_timeout_ms", "300"),
+        ("redis_response_timeout_ms", "1000"),
+        ("shutdown_grace_ms", "2000"),
+    ];
+    settings.extend_from_slice(overrides);
+    let config = Config::with_overrides(&settings).expect("valid test configuration");
+    let app = Application::build(config).await.expect("app builds");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = app.shutdown_token();
+    let handle = tokio::spawn(app.run());
+    let test_app = TestApp {
+        base,
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .expect("client builds"),
+        shutdown,
+        handle: Some(handle),
+    };
+    test_app.wait_until_subscribed().await;
+    test_app
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Waits for the pub/sub hub to be connected, so a test's first
+    /// release is guaranteed to be heard.
+    async fn wait_until_subscribed(&self) {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if self
+                .client
+                .get(self.url("/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                // The hub subscribes right after start; give it a moment.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("app did not become ready");
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn acquire(&self, name: &str, body: Value) -> Response {
+        self.post(&format!("/locks/{name}/acquire"), body).await
+    }
+
+    /// Acquires and asserts 201; returns the grant.
+    pub async fn must_acquire(&self, name: &str, body: Value) -> Value {
+        let response = self.acquire(name, body).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "acquire {name}");
+        response.json().await.expect("grant is JSON")
+    }
+
+    pub async fn heartbeat(&self, name: &str, holder: &str, body: Value) -> Response {
+        self.post(&format!("/locks/{name}/holders/{holder}/heartbeat"), body)
+            .await
+    }
+
+    pub async fn release(&self, name: &str, holder: &str) -> Response {
+        self.client
+            .delete(self.url(&format!("/locks/{name}/holders/{holder}")))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn state(&self, name: &str) -> Value {
+        let response = self
+            .client
+            .get(self.url(&format!("/locks/{name}")))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.expect("state is JSON")
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("sent")
+            .text()
+            .await
+            .expect("text")
+    }
+}
+
+/// Asserts a problem+json answer with the given status and slug; returns it.
+pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
+    assert_eq!(response.status().as_u16(), status, "status for {slug}");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    assert_eq!(
+        content_type, "application/problem+json",
+        "content type for {slug}"
+    );
+    let body: Value = response.json().await.expect("problem is JSON");
+    assert_eq!(body["type"], json!(format!("/problems/{slug}")), "{body}");
+    assert_eq!(body["status"], json!(status), "{body}");
+    assert!(
+        body["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{body}"
+    );
+    assert!(
+        body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{body}"
+    );
+    body
+}
+
+/// A plain connection to the test Redis, for inspecting and tampering.
+pub async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to test redis")
+}
+
+/// Reads a Server-Sent Events response into `(event, data)` pairs until
+/// the stream ends (comments and keep-alives are skipped).
+pub async fn read_sse(response: Response) -> Vec<(String, Value)> {
+    use futures_util::StreamExt;
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.expect("stream chunk")));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let mut name = String::from("message");
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    name = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            if !data.is_empty() {
+                events.push((
+                    name,
+                    serde_json::from_str(&data).expect("event data is JSON"),
+                ));
+            }
+        }
+    }
+    events
+}
+
+/// Polls `check` until it returns true or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if started.elapsed() > within {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,9 @@
+//! Black-box tests of latchkey: the real app on port 0, against real
+//! redis-server processes that the tests start themselves. No mocks.
+
+mod errors;
+mod helpers;
+mod locks;
+mod ops;
+mod scripts;
+mod waiting;

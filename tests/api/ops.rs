@@ -1,0 +1,443 @@
+//! Operations: readiness, Redis outages, pub/sub recovery, shutdown,
+//! metrics, OpenAPI and Swagger UI (API.md §2, §9, §10, §11).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn health_and_readiness_answer_when_redis_is_up() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let health = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(
+        ready.json::<serde_json::Value>().await.unwrap(),
+        json!({"status": "ready"})
+    );
+}
+
+#[tokio::test]
+async fn redis_down_gives_503_without_hanging_then_recovers() {
+    let mut redis = redis();
+    let app = spawn_app(&redis).await;
+    app.must_acquire("outage", json!({"holder": "a"})).await;
+
+    redis.stop();
+    let started = Instant::now();
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.headers()["retry-after"], "1");
+    assert_problem(ready, 503, "backend-unavailable").await;
+    assert_problem(
+        app.acquire("outage", json!({"holder": "b"})).await,
+        503,
+        "backend-unavailable",
+    )
+    .await;
+    // Even a request that asked to wait answers at once: Redis is gone.
+    assert_problem(
+        app.acquire("outage", json!({"wait_ms": 10000})).await,
+        503,
+        "backend-unavailable",
+    )
+    .await;
+    assert_problem(app.release("outage", "a").await, 503, "backend-unavailable").await;
+    let get = app
+        .client
+        .get(app.url("/locks/outage"))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(get, 503, "backend-unavailable").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "503s took {:?}",
+        started.elapsed()
+    );
+    // Liveness is not readiness.
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    redis.restart().expect("redis restarts on the same port");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            app.client
+                .get(app.url("/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "readyz recovers when Redis is back"
+    );
+    // The restarted Redis has no data and no scripts; both come back.
+    app.must_acquire("outage", json!({"holder": "b"})).await;
+    assert!(app.metrics().await.contains("latchkey_redis_errors_total"));
+}
+
+#[tokio::test]
+async fn the_pubsub_hub_recovers_from_client_kill() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let mut conn = redis_conn(&redis).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1, "the hub's one dedicated subscriber connection");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.metrics()
+                .await
+                .contains("latchkey_pubsub_reconnects_total 1")
+        })
+        .await,
+        "the hub reconnects"
+    );
+    let patterns: i64 = redis::cmd("PUBSUB")
+        .arg("NUMPAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(patterns, 1, "one pattern subscription again");
+
+    // Waiters are woken by pub/sub again: a release hands over at once,
+    // long before the 30 s lease would end.
+    app.must_acquire("after-kill", json!({"holder": "a", "lease_ms": 30000}))
+        .await;
+    let waiter = tokio::spawn({
+        let (client, url) = (app.client.clone(), app.url("/locks/after-kill/acquire"));
+        async move {
+            client
+                .post(url)
+                .json(&json!({"holder": "b", "wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            app.state("after-kill").await["waiters"] == 1
+        })
+        .await
+    );
+    let released = Instant::now();
+    app.release("after-kill", "a").await;
+    assert_eq!(waiter.await.unwrap().status(), 201);
+    assert!(released.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    app.must_acquire("bye", json!({"holder": "a"})).await;
+    let poll = tokio::spawn({
+        let (client, url) = (app.client.clone(), app.url("/locks/bye/acquire"));
+        async move {
+            client
+                .post(url)
+                .json(&json!({"holder": "b", "wait_ms": 30000}))
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    let sse = app
+        .client
+        .post(app.url("/locks/bye/acquire"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"holder": "c", "wait_ms": 30000}))
+        .send()
+        .await
+        .unwrap();
+    let sse = tokio::spawn(read_sse(sse));
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            app.state("bye").await["waiters"] == 2
+        })
+        .await
+    );
+    let started = Instant::now();
+    app.shutdown.cancel();
+    let response = poll.await.unwrap();
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_problem(response, 503, "shutting-down").await;
+    let events = sse.await.unwrap();
+    assert_eq!(
+        events.last().map(|e| e.0.as_str()),
+        Some("error"),
+        "{events:?}"
+    );
+    assert_eq!(events.last().unwrap().1["type"], "/problems/shutting-down");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// Starts the real binary; returns the child and its port.
+fn start_binary(redis_url: &str) -> (std::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .env("LATCHKEY_REDIS_URL", redis_url)
+        .env("LATCHKEY_LISTEN", format!("127.0.0.1:{port}"))
+        .env("LATCHKEY_SHUTDOWN_GRACE_MS", "3000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("latchkey binary starts");
+    (child, port)
+}
+
+#[tokio::test]
+async fn sigterm_during_an_open_long_poll_answers_503_and_exits_cleanly() {
+    let redis = redis();
+    let (mut child, port) = start_binary(&redis.url());
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await
+    );
+    let r = client
+        .post(format!("{base}/locks/term/acquire"))
+        .json(&json!({"holder": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let poll = tokio::spawn({
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            client
+                .post(format!("{base}/locks/term/acquire"))
+                .json(&json!({"holder": "b", "wait_ms": 30000}))
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            let s: serde_json::Value = client
+                .get(format!("{base}/locks/term"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            s["waiters"] == 1
+        })
+        .await
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    assert_problem(poll.await.unwrap(), 503, "shutting-down").await;
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "exit status {exit}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn dev_mode_without_redis_server_says_how_to_install_it() {
+    let output = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .env_remove("LATCHKEY_REDIS_URL")
+        .env("PATH", "/nonexistent")
+        .env("LATCHKEY_LISTEN", "127.0.0.1:0")
+        .output()
+        .expect("binary runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("apt-get install -y redis-server"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_configuration_stops_the_process_with_a_clear_message() {
+    let output = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .env("LATCHKEY_MIN_LEASE_MS", "9000")
+        .env("LATCHKEY_MAX_LEASE_MS", "1000")
+        .output()
+        .expect("binary runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("min_lease_ms (9000) is larger than max_lease_ms (1000)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn dev_mode_starts_private_redis_servers_and_stops_them_on_sigterm() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .env_remove("LATCHKEY_REDIS_URL")
+        .env("LATCHKEY_LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("binary runs");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let dev_line = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("dev mode"))
+        .expect("dev mode is announced in the log");
+    let log: serde_json::Value = serde_json::from_str(&dev_line).expect("JSON log line");
+    let main_url = log["fields"]["main"].as_str().unwrap().to_string();
+    let redis_port: u16 = main_url
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .any(|l| l.contains("latchkey listening"))
+    );
+    assert!(std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_ok());
+
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_err(),
+        "the dev redis-server must stop with latchkey"
+    );
+}
+
+#[test]
+fn committed_openapi_document_matches_the_code() {
+    let generated = latchkey::openapi_json();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        generated == committed,
+        "openapi/openapi.json is stale; regenerate it with \
+         `cargo run -- --print-openapi > openapi/openapi.json`"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let acquire = &doc["paths"]["/locks/{name}/acquire"]["post"];
+    let statuses: Vec<&String> = acquire["responses"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        statuses[0], "201",
+        "JSON success first so Swagger UI's Try it out gets JSON"
+    );
+    assert!(acquire["responses"]["200"]["content"]["text/event-stream"].is_object());
+    assert_eq!(acquire["requestBody"]["required"], false);
+}
+
+#[tokio::test]
+async fn openapi_json_and_swagger_ui_are_served_offline() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let served: serde_json::Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(served, latchkey::http::openapi());
+    let docs = app.client.get(app.url("/docs/")).send().await.unwrap();
+    assert_eq!(docs.status(), 200);
+    let html = docs.text().await.unwrap();
+    assert!(html.contains("swagger"), "Swagger UI page");
+    let init = app
+        .client
+        .get(app.url("/docs/swagger-initializer.js"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let compact: String = init.split_whitespace().collect();
+    assert!(compact.contains(r#""validatorUrl":"none""#), "{init}");
+    assert!(init.contains("/openapi.json"), "{init}");
+}
+
+#[tokio::test]
+async fn example_request_bodies_in_the_document_are_accepted() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let doc = latchkey::http::openapi();
+    let acquire = &doc["paths"]["/locks/{name}/acquire"]["post"]["requestBody"]["content"]["application/json"]
+        ["example"];
+    assert_eq!(app.acquire("example", acquire.clone()).await.status(), 201);
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_template_and_acquisitions_by_outcome() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    app.must_acquire("m1", json!({"holder": "a"})).await;
+    app.acquire("m1", json!({"holder": "b"})).await;
+    app.client.get(app.url("/nope")).send().await.unwrap();
+    let text = app.metrics().await;
+    assert!(text.contains(r#"latchkey_http_requests_total{method="POST",route="/locks/{name}/acquire",status="201"} 1"#), "{text}");
+    assert!(text.contains(r#"latchkey_http_requests_total{method="POST",route="/locks/{name}/acquire",status="409"} 1"#));
+    assert!(text.contains(r#"route="unmatched""#));
+    assert!(text.contains(r#"latchkey_acquisitions_total{outcome="acquired",primitive="lock"} 1"#));
+    assert!(text.contains(r#"latchkey_acquisitions_total{outcome="busy",primitive="lock"} 1"#));
+    assert!(text.contains(r#"latchkey_script_duration_seconds_count{script="lock_acquire"}"#));
+    assert!(text.contains("latchkey_waiters 0"));
+    assert!(!text.contains("m1"), "object names never appear in labels");
+}

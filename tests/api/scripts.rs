@@ -1,0 +1,177 @@
+//! The Lua scripts tested directly through the store, below HTTP: the
+//! Redis-side invariants each script header promises.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use latchkey::coord::locks::{LockGrant, Locks, Released};
+use latchkey::metrics::Metrics;
+use latchkey::store::{Store, StoreConfig};
+use latchkey::wait::{Attempt, Blocked};
+use redis::AsyncCommands;
+
+use crate::helpers::*;
+
+async fn locks(redis: &latchkey::devredis::RedisServer) -> Locks {
+    let config = StoreConfig {
+        url: redis.url(),
+        prefix: "t:".into(),
+        pool_size: 4,
+        connect_timeout: Duration::from_millis(500),
+        response_timeout: Duration::from_millis(1000),
+        min_replicas: 0,
+    };
+    Locks::new(Store::open(&config, Metrics::new()).await.unwrap())
+}
+
+#[tokio::test]
+async fn acquire_sets_the_lease_as_a_redis_ttl_and_the_fence_never_expires() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    let granted = locks.try_acquire("k", "h", 5000).await.unwrap();
+    assert!(matches!(
+        granted,
+        Attempt::Granted(LockGrant {
+            fencing_token: 1,
+            hold_count: 1,
+            lease_ms: 5000
+        })
+    ));
+    let mut conn = redis_conn(&redis).await;
+    let ttl: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(ttl > 4900 && ttl <= 5000, "ttl {ttl}");
+    let fence_ttl: i64 = conn.pttl("t:{k}:lock:fence").await.unwrap();
+    assert_eq!(fence_ttl, -1, "the fence key has no expiry");
+    let fence: u64 = conn.get("t:{k}:lock:fence").await.unwrap();
+    assert_eq!(fence, 1);
+}
+
+#[tokio::test]
+async fn acquire_by_another_holder_reports_the_remaining_lease() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    locks.try_acquire("k", "a", 3000).await.unwrap();
+    match locks.try_acquire("k", "b", 3000).await.unwrap() {
+        Attempt::Blocked(Blocked {
+            retry_after_ms,
+            position: None,
+        }) => {
+            assert!(retry_after_ms > 2800 && retry_after_ms <= 3000)
+        }
+        other => panic!("expected blocked, got {other:?}"),
+    }
+    // A blocker whose TTL was removed by hand is re-checked once a second
+    // rather than reported as "0 ms" (which would make waiters spin).
+    let mut conn = redis_conn(&redis).await;
+    let _: bool = conn.persist("t:{k}:lock").await.unwrap();
+    assert!(matches!(
+        locks.try_acquire("k", "b", 3000).await.unwrap(),
+        Attempt::Blocked(Blocked {
+            retry_after_ms: 1000,
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn reentry_resets_the_lease_and_keeps_the_token() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    locks.try_acquire("k", "a", 1000).await.unwrap();
+    let again = locks.try_acquire("k", "a", 8000).await.unwrap();
+    assert!(matches!(
+        again,
+        Attempt::Granted(LockGrant {
+            fencing_token: 1,
+            hold_count: 2,
+            lease_ms: 8000
+        })
+    ));
+    let mut conn = redis_conn(&redis).await;
+    let ttl: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(ttl > 7900, "reentry resets the lease: {ttl}");
+}
+
+#[tokio::test]
+async fn release_publishes_exactly_when_the_lock_becomes_free() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe("t:{k}:lock:wake").await.unwrap();
+    let mut messages = pubsub.into_on_message();
+
+    locks.try_acquire("k", "a", 5000).await.unwrap();
+    locks.try_acquire("k", "a", 5000).await.unwrap();
+    assert_eq!(
+        locks.release("k", "a", false).await.unwrap(),
+        Some(Released {
+            released: false,
+            hold_count: 1
+        })
+    );
+    assert_eq!(
+        locks.release("k", "b", false).await.unwrap(),
+        None,
+        "a stranger cannot release"
+    );
+    assert_eq!(
+        locks.release("k", "a", false).await.unwrap(),
+        Some(Released {
+            released: true,
+            hold_count: 0
+        })
+    );
+    let message = tokio::time::timeout(Duration::from_secs(1), messages.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.get_channel_name(), "t:{k}:lock:wake");
+    // Only one message: the partial release and the stranger published nothing.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.next())
+            .await
+            .is_err()
+    );
+
+    locks.try_acquire("k", "c", 5000).await.unwrap();
+    assert!(locks.force_unlock("k").await.unwrap());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), messages.next())
+            .await
+            .is_ok()
+    );
+    assert!(!locks.force_unlock("k").await.unwrap());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.next())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn heartbeat_renews_only_for_the_holder_and_cannot_revive_an_expired_hold() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    locks.try_acquire("k", "a", 500).await.unwrap();
+    assert_eq!(locks.heartbeat("k", "b", Some(9000)).await.unwrap(), None);
+    let renewed = locks.heartbeat("k", "a", None).await.unwrap().unwrap();
+    assert_eq!(renewed.lease_ms, 500, "no lease_ms keeps the stored lease");
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    assert_eq!(locks.heartbeat("k", "a", Some(9000)).await.unwrap(), None);
+    let mut conn = redis_conn(&redis).await;
+    let exists: bool = conn.exists("t:{k}:lock").await.unwrap();
+    assert!(!exists, "a failed heartbeat must not recreate the key");
+}
+
+#[tokio::test]
+async fn state_reads_one_snapshot_without_the_holder() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    let free = locks.state("k").await.unwrap();
+    assert!(!free.locked && free.fencing_token == 0 && free.ttl_ms == 0);
+    locks.try_acquire("k", "a", 5000).await.unwrap();
+    locks.try_acquire("k", "a", 5000).await.unwrap();
+    let held = locks.state("k").await.unwrap();
+    assert!(held.locked && held.hold_count == 2 && held.fencing_token == 1 && held.ttl_ms > 4800);
+}
