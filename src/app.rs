@@ -14,6 +14,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -160,6 +161,9 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
         .merge(swagger)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        // A bug must still answer (500 `internal`, detail not leaked)
+        // rather than drop the connection.
+        .layer(CatchPanicLayer::custom(http::middleware::panic_response))
         .layer(axum::middleware::from_fn(http::middleware::problem_json))
         .layer(axum::middleware::from_fn_with_state(
             metrics,

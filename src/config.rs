@@ -754,6 +754,20 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_is_valid_and_lists_every_setting() {
+        let text = include_str!("../latchkey.example.toml");
+        let c = run(&["--config", "latchkey.example.toml"], &[], Some(text)).unwrap();
+        assert!(c.dev_mode());
+        assert_eq!(c.max_wait_ms, 60_000);
+        for (key, _, _) in SETTINGS {
+            assert!(
+                text.contains(&format!("{key} =")),
+                "example file lacks {key}"
+            );
+        }
+    }
+
+    #[test]
     fn default_lease_outside_the_range_is_rejected() {
         let err = run(&["--max-lease-ms", "10000"], &[], None).unwrap_err();
         assert!(err.0.contains("default_lease_ms"), "{err}");

@@ -67,3 +67,14 @@ pub async fn record(State(metrics): State<Metrics>, request: Request, next: Next
 pub async fn not_found() -> ApiError {
     ApiError::not_found("no such route; the API is described at /docs and /openapi.json")
 }
+
+/// The answer to a handler panic: logged, then a plain 500 `internal`.
+pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("non-string panic");
+    tracing::error!(panic = message, "handler panicked");
+    ApiError::internal().into_response()
+}

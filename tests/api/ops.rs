@@ -441,3 +441,47 @@ async fn metrics_count_requests_by_route_template_and_acquisitions_by_outcome() 
     assert!(text.contains("latchkey_waiters 0"));
     assert!(!text.contains("m1"), "object names never appear in labels");
 }
+
+#[tokio::test]
+async fn min_replicas_waits_for_acknowledgement_and_gives_the_grant_back_when_missing() {
+    let primary = redis();
+    let port = primary.port().to_string();
+    let mut replica =
+        latchkey::devredis::RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])
+            .expect("replica starts");
+    let mut conn = redis_conn(&primary).await;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let mut conn = conn.clone();
+            async move {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                info.contains("connected_slaves:1") && info.contains("state=online")
+            }
+        })
+        .await,
+        "replica in sync"
+    );
+    let app = spawn_app_with(&primary, &[("min_replicas", "1")]).await;
+    app.must_acquire("acked", json!({"holder": "a"})).await;
+    assert_eq!(app.release("acked", "a").await.status(), 200);
+
+    replica.stop();
+    let response = app.acquire("unacked", json!({"holder": "b"})).await;
+    let problem = assert_problem(response, 503, "backend-unavailable").await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("replica"),
+        "{problem}"
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            app.state("unacked").await["locked"] == false
+        })
+        .await,
+        "a grant the client was told failed must not stay held"
+    );
+    let _: () = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+}
