@@ -146,9 +146,12 @@ impl<'de> Deserialize<'de> for Millis {
                 Ok(Millis(v.into()))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Millis, E> {
-                // serde_json reads integers beyond u64 as floats.
-                if v.fract() == 0.0 && v.abs() >= 9.0e18 {
-                    Ok(Millis(if v > 0.0 { i128::MAX } else { i128::MIN }))
+                // JSON Schema counts 1000.0 as an integer, and serde_json
+                // reads integers beyond u64 as floats: accept any float
+                // without a fractional part (saturating; ranges are checked
+                // later and reported as out-of-range).
+                if v.is_finite() && v.fract() == 0.0 {
+                    Ok(Millis(v as i128))
                 } else {
                     Err(E::custom("expected an integer number of milliseconds"))
                 }
@@ -164,11 +167,7 @@ impl Millis {
         if self.0 < i128::from(min) || self.0 > i128::from(max) {
             return Err(ApiError::out_of_range(format!(
                 "{field} must be between {min} and {max}, got {}",
-                match self.0 {
-                    i128::MAX => "a larger number".to_string(),
-                    i128::MIN => "a smaller number".to_string(),
-                    n => n.to_string(),
-                }
+                self.0
             ))
             .with("field", field));
         }
@@ -204,9 +203,16 @@ mod tests {
     fn millis_accepts_integers_and_keeps_out_of_range_values() {
         assert_eq!(parse(r#"{"lease_ms": 1000}"#).unwrap(), Some(Millis(1000)));
         assert_eq!(parse(r#"{"lease_ms": -5}"#).unwrap(), Some(Millis(-5)));
+        let huge = parse(r#"{"lease_ms": 99999999999999999999999}"#)
+            .unwrap()
+            .unwrap();
+        assert!(
+            huge.0 > i128::from(u64::MAX),
+            "kept as too large, not wrapped: {huge:?}"
+        );
         assert_eq!(
-            parse(r#"{"lease_ms": 99999999999999999999999}"#).unwrap(),
-            Some(Millis(i128::MAX))
+            parse(r#"{"lease_ms": 1000.0}"#).unwrap(),
+            Some(Millis(1000))
         );
         assert!(parse(r#"{"lease_ms": 1.5}"#).is_err());
         assert!(parse(r#"{"lease_ms": "1000"}"#).is_err());

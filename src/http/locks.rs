@@ -50,13 +50,14 @@ pub struct AcquireRequest {
     /// bits); reuse it to re-enter, renew and release.
     #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
     pub holder: Option<String>,
-    /// Lease in ms (default 30000; range set by min_lease_ms/max_lease_ms,
-    /// default 500..=86400000). The hold ends when it lapses without a heartbeat.
-    #[schema(value_type = Option<u64>, example = 30000)]
+    /// Lease in ms (default 30000). The accepted range is configuration
+    /// (min_lease_ms/max_lease_ms); the bounds shown are the defaults. The
+    /// hold ends when it lapses without a heartbeat.
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
     pub lease_ms: Option<Millis>,
-    /// How long to wait for the lock, in ms (default 0 = try once; at most
-    /// max_wait_ms, default 60000).
-    #[schema(value_type = Option<u64>, example = 0)]
+    /// How long to wait for the lock, in ms (default 0 = try once). The
+    /// maximum is configuration (max_wait_ms); the bound shown is the default.
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
 }
 
@@ -65,8 +66,9 @@ pub struct AcquireRequest {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({}))]
 pub struct HeartbeatRequest {
-    /// New lease in ms. Omit it to renew for the lease the hold already has.
-    #[schema(value_type = Option<u64>, example = 30000)]
+    /// New lease in ms. Omit it to renew for the lease the hold already
+    /// has. Range as for acquire (defaults shown).
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
     pub lease_ms: Option<Millis>,
 }
 
