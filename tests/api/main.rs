@@ -4,6 +4,7 @@
 mod errors;
 mod helpers;
 mod locks;
+mod model;
 mod ops;
 mod scripts;
 mod waiting;
