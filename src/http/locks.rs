@@ -234,13 +234,16 @@ impl Acquisition for LockAcquisition {
     params(NamePath),
     request_body(content = Option<AcquireRequest>, content_type = "application/json"),
     responses(
-        (status = 201, description = "Acquired (or re-entered). `Location` is the hold's URL.",
-            body = Grant, content_type = "application/json",
-            headers(("Location" = String, description = "/locks/{name}/holders/{holder}"))),
-        (status = 200, description = "With `Accept: text/event-stream`: `event: waiting` \
-            (data `{\"retry_after_ms\"}`), then exactly one of `event: acquired` (data: Grant), \
+        (status = 201, description = "Acquired (or re-entered). `Location` is the hold's URL. \
+            The `text/event-stream` variant is what a request with `Accept: text/event-stream` \
+            gets, with HTTP status 200: `event: waiting` (data `{\"retry_after_ms\"}`, at least \
+            every 15 s), then exactly one of `event: acquired` (data: the Grant), \
             `event: timeout` (data: the 409 problem) or `event: error` (data: a problem).",
-            content_type = "text/event-stream", body = String),
+            content(
+                (Grant = "application/json"),
+                (String = "text/event-stream", example = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"orders\",\"holder\":\"worker-1\",\"fencing_token\":43,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n"),
+            ),
+            headers(("Location" = String, description = "/locks/{name}/holders/{holder}"))),
         (status = 400, description = "Invalid name, body or out-of-range value", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Held by another holder (`lock-held`), with `retry_after_ms` and `Retry-After`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
