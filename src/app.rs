@@ -60,7 +60,7 @@ impl Application {
         let shutdown = CancellationToken::new();
         let store = Store::open(&StoreConfig::from_config(&config), metrics.clone()).await?;
         let hub = Hub::start(
-            store.client(),
+            store.connector(),
             store.channel_pattern(),
             shutdown.clone(),
             metrics.clone(),

@@ -375,16 +375,6 @@ impl Raw {
                 urls
             }
         };
-        if redis_mode != RedisMode::Standalone {
-            // Sentinel and Cluster connections are not built yet; refusing
-            // them here is better than pretending to honour them.
-            return Err(ConfigError(format!(
-                "{} = {:?} is not supported by this version of latchkey yet; use standalone",
-                describe("redis_mode", &mode_src.1),
-                mode_src.0
-            )));
-        }
-
         let (nodes_text, nodes_source) = self.get("redlock_nodes").expect("default");
         let redlock_nodes = split_list(nodes_text);
         for url in &redlock_nodes {

@@ -26,12 +26,14 @@ pub fn redis_server_binary() -> Result<PathBuf, String> {
         .ok_or_else(|| INSTALL_HINT.to_string())
 }
 
-/// One running redis-server child.
+/// One running redis-server child (a data node, or a Sentinel).
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
     extra_args: Vec<String>,
+    /// For a Sentinel: the config file it owns (Sentinels rewrite it).
+    sentinel_conf: Option<String>,
 }
 
 impl RedisServer {
@@ -43,6 +45,26 @@ impl RedisServer {
     /// Starts a server with extra `redis-server` arguments
     /// (e.g. `["--replicaof", "127.0.0.1", "6379"]`).
     pub fn start_with(extra_args: &[&str]) -> Result<RedisServer, String> {
+        Self::start_kind(extra_args, None)
+    }
+
+    /// Starts a Sentinel that monitors the master on `master_port` under
+    /// `name`, with quorum 1 and a 1 s down-after time (tests only: one
+    /// Sentinel is not a safe production setup).
+    pub fn start_sentinel(name: &str, master_port: u16) -> Result<RedisServer, String> {
+        let conf = format!(
+            "sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel failover-timeout {name} 5000\n\
+             sentinel parallel-syncs {name} 1\n"
+        );
+        Self::start_kind(&[], Some(conf))
+    }
+
+    fn start_kind(
+        extra_args: &[&str],
+        sentinel_conf: Option<String>,
+    ) -> Result<RedisServer, String> {
         let binary = redis_server_binary()?;
         let mut last_error = String::new();
         // A free port can be taken by someone else between our probe and
@@ -54,6 +76,7 @@ impl RedisServer {
                 port,
                 dir: temp_dir(port)?,
                 extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+                sentinel_conf: sentinel_conf.clone(),
             };
             match server.spawn(&binary) {
                 Ok(()) => return Ok(server),
@@ -66,11 +89,17 @@ impl RedisServer {
     fn spawn(&mut self, binary: &Path) -> Result<(), String> {
         let log = self.dir.join("redis.log");
         let mut command = Command::new(binary);
+        if let Some(conf) = &self.sentinel_conf {
+            let path = self.dir.join("sentinel.conf");
+            std::fs::write(&path, conf)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            command.arg(&path).arg("--sentinel");
+        } else {
+            command.args(["--save", ""]).args(["--appendonly", "no"]);
+        }
         command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--appendonly", "no"])
             .args(["--daemonize", "no"])
             .args(["--protected-mode", "yes"])
             .arg("--dir")
@@ -159,6 +188,70 @@ impl Drop for RedisServer {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A Redis Cluster of `n` masters without replicas, built with
+/// `redis-cli --cluster create` (tests).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(n: usize) -> Result<RedisCluster, String> {
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ];
+        let nodes = (0..n)
+            .map(|_| RedisServer::start_with(&args))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut create = Command::new("redis-cli");
+        create.args(["--cluster", "create"]);
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        let output = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .map_err(|e| format!("cannot run redis-cli (package redis-tools): {e}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&output.stdout)
+            ));
+        }
+        let started = Instant::now();
+        for node in &nodes {
+            while !cluster_ok(node.port()) {
+                if started.elapsed() > Duration::from_secs(20) {
+                    return Err("cluster did not reach cluster_state:ok within 20 s".into());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(RedisCluster { nodes })
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+fn cluster_ok(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"CLUSTER INFO\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 256];
+    let n = stream.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
 }
 
 /// Dev mode's servers: one main node and three independent RedLock nodes.

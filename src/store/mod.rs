@@ -9,6 +9,7 @@
 //! object shares the hash tag `{<name>}`, so each script touches a single
 //! Redis Cluster slot. Names never contain braces (API.md §1).
 
+pub mod backend;
 pub mod pool;
 pub mod pubsub;
 pub mod scripts;
@@ -18,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
 
-use crate::config::Config;
+use crate::config::{Config, RedisMode};
 use crate::metrics::Metrics;
-use pool::{ConnPool, RedisManager};
+use backend::{Backend, Conn, Connector};
 pub use scripts::Script;
 
 /// Why a Redis call failed, as the HTTP layer needs to know it.
@@ -55,7 +56,10 @@ impl std::error::Error for StoreError {}
 /// Settings the store needs, taken from [`Config`].
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    pub url: String,
+    pub mode: RedisMode,
+    /// One URL (standalone), Sentinel URLs, or Cluster seed node URLs.
+    pub urls: Vec<String>,
+    pub sentinel_master: String,
     pub prefix: String,
     pub pool_size: usize,
     pub connect_timeout: Duration,
@@ -66,7 +70,9 @@ pub struct StoreConfig {
 impl StoreConfig {
     pub fn from_config(config: &Config) -> Self {
         StoreConfig {
-            url: config.redis_urls.first().cloned().unwrap_or_default(),
+            mode: config.redis_mode,
+            urls: config.redis_urls.clone(),
+            sentinel_master: config.sentinel_master.clone(),
             prefix: config.key_prefix.clone(),
             pool_size: config.redis_pool_size,
             connect_timeout: config.redis_connect_timeout(),
@@ -83,8 +89,8 @@ pub struct Store {
 }
 
 struct Inner {
-    pool: ConnPool,
-    client: redis::Client,
+    backend: Backend,
+    connector: Connector,
     prefix: String,
     metrics: Metrics,
     /// Replicas that must acknowledge each write (`WAIT`), 0 = don't wait.
@@ -107,14 +113,18 @@ impl Store {
     /// start is not fatal: requests answer 503 and `/readyz` says not ready
     /// until it comes back; scripts are then loaded on first use (NOSCRIPT).
     pub async fn open(cfg: &StoreConfig, metrics: Metrics) -> Result<Store, String> {
-        let client = redis::Client::open(cfg.url.as_str())
-            .map_err(|e| format!("invalid Redis URL {}: {e}", crate::config::redact(&cfg.url)))?;
-        let manager = RedisManager::new(client.clone(), cfg.connect_timeout, cfg.response_timeout);
-        let pool = pool::build(manager, cfg.pool_size, cfg.connect_timeout)?;
+        let (backend, connector) = backend::open(&backend::Target {
+            mode: cfg.mode,
+            urls: &cfg.urls,
+            sentinel_master: &cfg.sentinel_master,
+            pool_size: cfg.pool_size,
+            connect_timeout: cfg.connect_timeout,
+            response_timeout: cfg.response_timeout,
+        })?;
         let store = Store {
             inner: Arc::new(Inner {
-                pool,
-                client,
+                backend,
+                connector,
                 prefix: cfg.prefix.clone(),
                 metrics,
                 min_replicas: cfg.min_replicas,
@@ -127,9 +137,9 @@ impl Store {
         Ok(store)
     }
 
-    /// A client for the same Redis, for the dedicated pub/sub connection.
-    pub fn client(&self) -> redis::Client {
-        self.inner.client.clone()
+    /// Where the dedicated pub/sub connection should connect.
+    pub fn connector(&self) -> Connector {
+        self.inner.connector.clone()
     }
 
     pub fn prefix(&self) -> &str {
@@ -150,22 +160,30 @@ impl Store {
         format!("{}*", self.inner.prefix)
     }
 
-    async fn conn(&self) -> Result<pool::Conn, StoreError> {
-        self.inner.pool.get().await.map_err(|e| {
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        self.inner.backend.get().await.map_err(|e| {
             self.inner
                 .metrics
                 .redis_errors
                 .with_label_values(&["pool"])
                 .inc();
-            StoreError::Unavailable(e.to_string())
+            StoreError::Unavailable(e)
         })
     }
 
-    fn classify(&self, conn: &mut pool::Conn, err: redis::RedisError) -> StoreError {
+    fn classify(&self, conn: &mut Conn, err: redis::RedisError) -> StoreError {
+        // Replies that mean "this server can't take writes right now":
+        // a demoted master after failover, a loading or split cluster.
+        let unavailable_reply = matches!(
+            err.code(),
+            Some("READONLY" | "MASTERDOWN" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "NOREPLICAS")
+        );
         let kind = if err.is_timeout() {
             "timeout"
         } else if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
             "io"
+        } else if unavailable_reply {
+            "unavailable"
         } else {
             "server"
         };
@@ -214,7 +232,7 @@ impl Store {
             let acked: i64 = match redis::cmd("WAIT")
                 .arg(self.inner.min_replicas)
                 .arg(self.inner.wait_timeout_ms)
-                .query_async(&mut *conn)
+                .query_async(&mut conn)
                 .await
             {
                 Ok(n) => n,
@@ -237,7 +255,7 @@ impl Store {
 
     async fn invoke(
         &self,
-        conn: &mut pool::Conn,
+        conn: &mut Conn,
         script: &Script,
         keys: &[&str],
         args: &[&str],
@@ -250,7 +268,7 @@ impl Store {
         for arg in args {
             invocation.arg(*arg);
         }
-        let result: Result<Value, _> = invocation.invoke_async(&mut **conn).await;
+        let result: Result<Value, _> = invocation.invoke_async(conn).await;
         self.inner
             .metrics
             .script_duration
@@ -266,7 +284,7 @@ impl Store {
             let loaded: Result<String, _> = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(script.source())
-                .query_async(&mut *conn)
+                .query_async(&mut conn)
                 .await;
             loaded.map_err(|e| self.classify(&mut conn, e))?;
         }
@@ -282,7 +300,7 @@ impl Store {
         for script in scripts::ALL.iter() {
             cmd.arg(script.redis().get_hash());
         }
-        let present: Result<Vec<i64>, _> = cmd.query_async(&mut *conn).await;
+        let present: Result<Vec<i64>, _> = cmd.query_async(&mut conn).await;
         let present = present.map_err(|e| self.classify(&mut conn, e))?;
         drop(conn);
         if present.contains(&0) {
@@ -295,7 +313,7 @@ impl Store {
     /// inspection; primitives never do).
     pub async fn raw<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         let mut conn = self.conn().await?;
-        let result: Result<T, _> = cmd.query_async(&mut *conn).await;
+        let result: Result<T, _> = cmd.query_async(&mut conn).await;
         result.map_err(|e| self.classify(&mut conn, e))
     }
 }

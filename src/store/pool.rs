@@ -23,6 +23,8 @@ use deadpool::managed::{self, Metrics as PoolMetrics, RecycleError, RecycleResul
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 
+use super::backend::Connector;
+
 pub type ConnPool = managed::Pool<RedisManager>;
 pub type Conn = managed::Object<RedisManager>;
 
@@ -53,16 +55,18 @@ impl DerefMut for PooledConnection {
 }
 
 pub struct RedisManager {
-    client: redis::Client,
+    /// Which server a new connection goes to (fixed, or the current
+    /// Sentinel master).
+    connector: Connector,
     config: AsyncConnectionConfig,
 }
 
 impl RedisManager {
-    pub fn new(client: redis::Client, connect: Duration, response: Duration) -> Self {
+    pub fn new(connector: Connector, connect: Duration, response: Duration) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect))
             .set_response_timeout(Some(response));
-        RedisManager { client, config }
+        RedisManager { connector, config }
     }
 }
 
@@ -72,7 +76,9 @@ impl managed::Manager for RedisManager {
 
     async fn create(&self) -> Result<PooledConnection, RedisError> {
         let conn = self
-            .client
+            .connector
+            .client()
+            .await?
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
         Ok(PooledConnection {

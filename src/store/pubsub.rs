@@ -28,6 +28,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::backend::Connector;
 use crate::metrics::Metrics;
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
@@ -95,7 +96,7 @@ impl Hub {
     /// Starts the hub's background task on `client`. It runs until
     /// `shutdown` is cancelled.
     pub fn start(
-        client: redis::Client,
+        connector: Connector,
         pattern: String,
         shutdown: CancellationToken,
         metrics: Metrics,
@@ -108,7 +109,7 @@ impl Hub {
         let hub = Hub { inner };
         tokio::spawn(run(
             hub.clone(),
-            client,
+            connector,
             pattern,
             shutdown,
             metrics,
@@ -170,7 +171,7 @@ impl Hub {
 
 async fn run(
     hub: Hub,
-    client: redis::Client,
+    connector: Connector,
     pattern: String,
     shutdown: CancellationToken,
     metrics: Metrics,
@@ -180,7 +181,9 @@ async fn run(
     let mut first = true;
     while !shutdown.is_cancelled() {
         let connect = async {
-            let pubsub = client.get_async_pubsub().await?;
+            // Resolved on every attempt: after a Sentinel failover this is
+            // the new master; in a cluster, the next node.
+            let pubsub = connector.client().await?.get_async_pubsub().await?;
             let (mut sink, stream) = pubsub.split();
             sink.psubscribe(&pattern).await?;
             Ok::<_, redis::RedisError>((sink, stream))

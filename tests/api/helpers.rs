@@ -44,13 +44,20 @@ pub async fn spawn_app(redis: &RedisServer) -> TestApp {
 
 /// Starts the app against `redis` with extra settings (`key`, `value`).
 pub async fn spawn_app_with(redis: &RedisServer, overrides: &[(&str, &str)]) -> TestApp {
+    let url = redis.url();
+    let mut settings: Vec<(&str, &str)> = vec![("redis_url", url.as_str())];
+    settings.extend_from_slice(overrides);
+    spawn_app_on(&settings).await
+}
+
+/// Starts the app with these settings over the test defaults; they must
+/// name the Redis deployment (`redis_url`, and `redis_mode` if not standalone).
+pub async fn spawn_app_on(overrides: &[(&str, &str)]) -> TestApp {
     if std::env::var_os("TEST_LOG").is_some() {
         latchkey::telemetry::init("debug");
     }
-    let url = redis.url();
     let mut settings: Vec<(&str, &str)> = vec![
         ("listen", "127.0.0.1:0"),
-        ("redis_url", url.as_str()),
         ("redis_connect_timeout_ms", "300"),
         ("redis_response_timeout_ms", "1000"),
         ("shutdown_grace_ms", "2000"),

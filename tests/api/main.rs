@@ -7,4 +7,5 @@ mod locks;
 mod model;
 mod ops;
 mod scripts;
+mod topologies;
 mod waiting;

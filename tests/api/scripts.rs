@@ -14,7 +14,9 @@ use crate::helpers::*;
 
 async fn locks(redis: &latchkey::devredis::RedisServer) -> Locks {
     let config = StoreConfig {
-        url: redis.url(),
+        mode: latchkey::config::RedisMode::Standalone,
+        urls: vec![redis.url()],
+        sentinel_master: String::new(),
         prefix: "t:".into(),
         pool_size: 4,
         connect_timeout: Duration::from_millis(500),

@@ -1,0 +1,168 @@
+//! Redis Sentinel and Redis Cluster deployments, with real processes: a
+//! three-master cluster built by `redis-cli --cluster create`, and a master,
+//! replica and Sentinel that fail over.
+
+use std::time::{Duration, Instant};
+
+use latchkey::devredis::{RedisCluster, RedisServer};
+use serde_json::json;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn locks_work_on_redis_cluster_across_slots_and_instances() {
+    let cluster = RedisCluster::start(3).expect("cluster starts");
+    let urls = cluster.urls().join(",");
+    let settings = [("redis_mode", "cluster"), ("redis_url", urls.as_str())];
+    let a = spawn_app_on(&settings).await;
+    let b = spawn_app_on(&settings).await;
+
+    // Names spread over slots owned by different masters; each script's
+    // keys share the name's hash tag, so each runs on one node.
+    let names: Vec<String> = (0..12).map(|i| format!("cl-{i}")).collect();
+    for name in &names {
+        let grant = a
+            .must_acquire(name, json!({"holder": "x", "lease_ms": 30000}))
+            .await;
+        assert_eq!(grant["fencing_token"], 1, "{name}");
+        assert_problem(
+            b.acquire(name, json!({"holder": "y"})).await,
+            409,
+            "lock-held",
+        )
+        .await;
+        assert_eq!(b.state(name).await["locked"], true);
+    }
+    // Pub/sub reaches the other instance whichever node published.
+    for name in names.iter().take(6) {
+        let waiter = tokio::spawn({
+            let (client, url) = (b.client.clone(), b.url(&format!("/locks/{name}/acquire")));
+            async move {
+                client
+                    .post(url)
+                    .json(&json!({"holder": "y", "wait_ms": 20000}))
+                    .send()
+                    .await
+                    .unwrap()
+            }
+        });
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                b.state(name).await["waiters"] == 1
+            })
+            .await
+        );
+        let released = Instant::now();
+        assert_eq!(a.release(name, "x").await.status(), 200);
+        let response = waiter.await.unwrap();
+        assert_eq!(response.status(), 201, "{name}");
+        assert!(
+            released.elapsed() < Duration::from_secs(2),
+            "{name}: woken after {:?}",
+            released.elapsed()
+        );
+        let grant: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(grant["fencing_token"], 2, "{name}");
+    }
+    let ready = a.client.get(a.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test]
+async fn sentinel_mode_follows_a_failover_to_the_promoted_replica() {
+    let mut master = redis();
+    let master_port = master.port().to_string();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]).expect("replica");
+    let sentinel = RedisServer::start_sentinel("mymaster", master.port()).expect("sentinel");
+    let sentinel_client = redis::Client::open(sentinel.url()).unwrap();
+    let mut sentinel_conn = sentinel_client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // The Sentinel must know the replica before the master dies.
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            let mut conn = sentinel_conn.clone();
+            async move {
+                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg("mymaster")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap_or_default();
+                !replicas.is_empty()
+            }
+        })
+        .await,
+        "sentinel discovers the replica"
+    );
+
+    let sentinel_url = sentinel.url();
+    let settings = [
+        ("redis_mode", "sentinel"),
+        ("redis_url", sentinel_url.as_str()),
+        ("sentinel_master", "mymaster"),
+    ];
+    let app = spawn_app_on(&settings).await;
+    app.must_acquire("before", json!({"holder": "a"})).await;
+
+    master.stop();
+    let promoted = eventually(Duration::from_secs(20), || {
+        let mut conn = sentinel_conn.clone();
+        let replica_port = replica.port().to_string();
+        async move {
+            let addr: Vec<String> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg("mymaster")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            addr.get(1) == Some(&replica_port)
+        }
+    })
+    .await;
+    assert!(promoted, "sentinel promotes the replica");
+
+    // Requests recover on the new master (503s in between are expected).
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            app.acquire("after", json!({"holder": "b", "lease_ms": 30000}))
+                .await
+                .status()
+                == 201
+        })
+        .await,
+        "acquire succeeds on the promoted master"
+    );
+    // The hub re-subscribed there too: a release wakes a waiter at once.
+    let waiter = tokio::spawn({
+        let (client, url) = (app.client.clone(), app.url("/locks/after/acquire"));
+        async move {
+            client
+                .post(url)
+                .json(&json!({"holder": "c", "wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            app.state("after").await["waiters"] == 1
+        })
+        .await
+    );
+    let released = Instant::now();
+    assert_eq!(app.release("after", "b").await.status(), 200);
+    assert_eq!(waiter.await.unwrap().status(), 201);
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken after {:?}",
+        released.elapsed()
+    );
+    let _: String = redis::cmd("PING")
+        .query_async(&mut sentinel_conn)
+        .await
+        .unwrap();
+}
