@@ -20,6 +20,11 @@ pub struct Metrics {
     pub acquisitions: IntCounterVec,
     /// Requests currently waiting (long-poll or SSE) on this instance.
     pub waiters: IntGauge,
+    /// Objects with at least one waiter on this instance (each holds one
+    /// in-process subscription); should fall back to 0 when waits end.
+    pub waiting_objects: IntGauge,
+    /// 1 while the pub/sub subscriber connection is up, else 0.
+    pub pubsub_connected: IntGauge,
     /// Times the pub/sub connection had to be re-established.
     pub pubsub_reconnects: IntCounter,
     /// Pub/sub notifications received.
@@ -75,6 +80,16 @@ impl Metrics {
             "Requests currently waiting on this instance",
         )
         .expect("valid metric");
+        let waiting_objects = IntGauge::new(
+            "latchkey_waiting_objects",
+            "Objects with at least one waiter on this instance",
+        )
+        .expect("valid metric");
+        let pubsub_connected = IntGauge::new(
+            "latchkey_pubsub_connected",
+            "1 while the pub/sub subscriber connection is up",
+        )
+        .expect("valid metric");
         let pubsub_reconnects = IntCounter::new(
             "latchkey_pubsub_reconnects_total",
             "Times the pub/sub connection was re-established",
@@ -108,6 +123,8 @@ impl Metrics {
             Box::new(http_duration.clone()),
             Box::new(acquisitions.clone()),
             Box::new(waiters.clone()),
+            Box::new(waiting_objects.clone()),
+            Box::new(pubsub_connected.clone()),
             Box::new(pubsub_reconnects.clone()),
             Box::new(pubsub_messages.clone()),
             Box::new(redis_errors.clone()),
@@ -124,6 +141,8 @@ impl Metrics {
             http_duration,
             acquisitions,
             waiters,
+            waiting_objects,
+            pubsub_connected,
             pubsub_reconnects,
             pubsub_messages,
             redis_errors,

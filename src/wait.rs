@@ -109,6 +109,7 @@ impl Drop for Group {
         let Some(engine) = self.engine.upgrade() else {
             return;
         };
+        engine.metrics.waiting_objects.dec();
         let mut groups = engine.groups.lock().expect("group map poisoned");
         let ours = groups
             .get(&self.channel)
@@ -186,6 +187,7 @@ impl WaitEngine {
             engine: Arc::downgrade(&self.inner),
         });
         groups.insert(channel.to_string(), Arc::downgrade(&group));
+        self.inner.metrics.waiting_objects.inc();
         group
     }
 

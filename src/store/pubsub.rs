@@ -20,7 +20,6 @@
 //!   re-check.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -44,8 +43,6 @@ struct HubInner {
     /// channel name → live entry. Weak so that the map never keeps a
     /// channel alive; entries are removed by the last Subscription's Drop.
     channels: Mutex<HashMap<String, Weak<ChannelEntry>>>,
-    /// True while the pattern subscription is confirmed and streaming.
-    connected: AtomicBool,
 }
 
 struct ChannelEntry {
@@ -104,7 +101,6 @@ impl Hub {
     ) -> Hub {
         let inner = Arc::new(HubInner {
             channels: Mutex::new(HashMap::new()),
-            connected: AtomicBool::new(false),
         });
         let hub = Hub { inner };
         tokio::spawn(run(
@@ -136,16 +132,6 @@ impl Hub {
             channel: channel.to_string(),
             hub: Arc::downgrade(&self.inner),
         }
-    }
-
-    /// Whether the subscriber connection is up (for logs and metrics).
-    pub fn is_connected(&self) -> bool {
-        self.inner.connected.load(Ordering::Relaxed)
-    }
-
-    /// Number of channels with at least one local subscriber.
-    pub fn channel_count(&self) -> usize {
-        self.inner.channels.lock().expect("hub map poisoned").len()
     }
 
     fn notify(&self, channel: &str) {
@@ -211,7 +197,7 @@ async fn run(
                 continue;
             }
         };
-        hub.inner.connected.store(true, Ordering::Relaxed);
+        metrics.pubsub_connected.set(1);
         backoff = BACKOFF_START;
         if first {
             tracing::info!("pub/sub subscribed");
@@ -249,7 +235,7 @@ async fn run(
                 }
             }
         }
-        hub.inner.connected.store(false, Ordering::Relaxed);
+        metrics.pubsub_connected.set(0);
         // Waiters fall back to their own re-check timers while we reconnect.
         hub.wake_all();
     }

@@ -225,7 +225,12 @@ async fn a_client_that_disconnects_mid_wait_leaves_nothing_held() {
         state["locked"], false,
         "no departed client may be holding it: {state}"
     );
-    assert!(app.metrics().await.contains("latchkey_waiters 0"));
+    let metrics = app.metrics().await;
+    assert!(metrics.contains("latchkey_waiters 0"), "{metrics}");
+    assert!(
+        metrics.contains("latchkey_waiting_objects 0"),
+        "no subscription left behind: {metrics}"
+    );
 }
 
 #[tokio::test]
