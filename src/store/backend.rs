@@ -198,7 +198,7 @@ impl ConnectionLike for Conn {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
-            Conn::Pooled(conn) => (**conn).req_packed_command(cmd),
+            Conn::Pooled(conn) => (***conn).req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -210,14 +210,14 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
-            Conn::Pooled(conn) => (**conn).req_packed_commands(cmd, offset, count),
+            Conn::Pooled(conn) => (***conn).req_packed_commands(cmd, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Pooled(conn) => conn.get_db(),
+            Conn::Pooled(conn) => (***conn).get_db(),
             Conn::Cluster(conn) => conn.get_db(),
         }
     }

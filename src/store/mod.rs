@@ -201,18 +201,15 @@ impl Store {
         }
     }
 
-    /// Runs one script by EVALSHA (loading it on NOSCRIPT) and decodes its
-    /// reply. Use [`Store::write`] for scripts that change state.
+    /// Runs one read-only script by EVALSHA (loading it on NOSCRIPT) and
+    /// decodes its reply.
     pub async fn run<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn().await?;
-        let value = self.invoke(&mut conn, script, keys, args).await?;
-        T::from_redis_value(value)
-            .map_err(|e| StoreError::Unexpected(format!("{}: {e}", script.name())))
+        self.call(script, keys, args, false).await
     }
 
     /// Like [`Store::run`] for a script that changes state: with
@@ -224,11 +221,21 @@ impl Store {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T, StoreError> {
+        self.call(script, keys, args, true).await
+    }
+
+    async fn call<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        is_write: bool,
+    ) -> Result<T, StoreError> {
         let mut conn = self.conn().await?;
         let value = self.invoke(&mut conn, script, keys, args).await?;
         let decoded = T::from_redis_value(value)
             .map_err(|e| StoreError::Unexpected(format!("{}: {e}", script.name())))?;
-        if self.inner.min_replicas > 0 {
+        if is_write && self.inner.min_replicas > 0 {
             let acked: i64 = match redis::cmd("WAIT")
                 .arg(self.inner.min_replicas)
                 .arg(self.inner.wait_timeout_ms)

@@ -112,25 +112,3 @@ pub fn build(manager: RedisManager, size: usize, wait: Duration) -> Result<ConnP
         .build()
         .map_err(|e| format!("cannot build the Redis pool: {e}"))
 }
-
-impl redis::aio::ConnectionLike for PooledConnection {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        self.conn.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        self.conn.req_packed_commands(cmd, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
-}

@@ -151,6 +151,36 @@ impl TestApp {
         response.json().await.expect("state is JSON")
     }
 
+    /// Sends a JSON POST in the background (a long-poll that will block).
+    pub fn spawn_post(&self, path: &str, body: Value) -> JoinHandle<Response> {
+        let request = self.client.post(self.url(path)).json(&body);
+        tokio::spawn(async move { request.send().await.expect("request sent") })
+    }
+
+    /// Waits until this instance counts `n` requests waiting on the lock.
+    pub async fn wait_for_waiters(&self, name: &str, n: u64) {
+        let reached = eventually(Duration::from_secs(3), || async {
+            self.state(name).await["waiters"] == n
+        })
+        .await;
+        assert!(reached, "expected {n} waiter(s) on {name}");
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        let response = self.client.get(self.url(path)).send().await.expect("sent");
+        response.json().await.expect("JSON body")
+    }
+
+    pub async fn delete_json(&self, path: &str) -> Value {
+        let response = self
+            .client
+            .delete(self.url(path))
+            .send()
+            .await
+            .expect("sent");
+        response.json().await.expect("JSON body")
+    }
+
     pub async fn metrics(&self) -> String {
         self.client
             .get(self.url("/metrics"))

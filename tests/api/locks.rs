@@ -234,15 +234,7 @@ async fn fencing_tokens_strictly_increase_across_holders_expiry_force_unlock_and
     tokio::time::sleep(Duration::from_millis(650)).await;
     take(app.must_acquire("fence", json!({"holder": "c"})).await);
     // Force unlock.
-    let forced: serde_json::Value = app
-        .client
-        .delete(app.url("/locks/fence"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let forced: serde_json::Value = app.delete_json("/locks/fence").await;
     assert_eq!(forced, json!({"released": true}));
     take(app.must_acquire("fence", json!({"holder": "d"})).await);
     // Somebody deletes the lock's key behind our back.
@@ -262,15 +254,7 @@ async fn fencing_tokens_strictly_increase_across_holders_expiry_force_unlock_and
 async fn force_unlock_of_a_free_lock_reports_false() {
     let redis = redis();
     let app = spawn_app(&redis).await;
-    let r: serde_json::Value = app
-        .client
-        .delete(app.url("/locks/idle"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r: serde_json::Value = app.delete_json("/locks/idle").await;
     assert_eq!(r, json!({"released": false}));
 }
 

@@ -96,15 +96,7 @@ async fn random_operation_sequences_match_the_model() {
                 }
                 4 => {
                     if rng.below(3) == 0 {
-                        let body: Value = app
-                            .client
-                            .delete(app.url(&format!("/locks/{name}")))
-                            .send()
-                            .await
-                            .unwrap()
-                            .json()
-                            .await
-                            .unwrap();
+                        let body: Value = app.delete_json(&format!("/locks/{name}")).await;
                         assert_eq!(
                             body["released"],
                             json!(model.held.is_some()),

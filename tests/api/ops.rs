@@ -121,23 +121,11 @@ async fn the_pubsub_hub_recovers_from_client_kill() {
     // long before the 30 s lease would end.
     app.must_acquire("after-kill", json!({"holder": "a", "lease_ms": 30000}))
         .await;
-    let waiter = tokio::spawn({
-        let (client, url) = (app.client.clone(), app.url("/locks/after-kill/acquire"));
-        async move {
-            client
-                .post(url)
-                .json(&json!({"holder": "b", "wait_ms": 20000}))
-                .send()
-                .await
-                .unwrap()
-        }
-    });
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            app.state("after-kill").await["waiters"] == 1
-        })
-        .await
+    let waiter = app.spawn_post(
+        "/locks/after-kill/acquire",
+        json!({"holder": "b", "wait_ms": 20000}),
     );
+    app.wait_for_waiters("after-kill", 1).await;
     let released = Instant::now();
     app.release("after-kill", "a").await;
     assert_eq!(waiter.await.unwrap().status(), 201);
@@ -149,17 +137,10 @@ async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
     let redis = redis();
     let app = spawn_app(&redis).await;
     app.must_acquire("bye", json!({"holder": "a"})).await;
-    let poll = tokio::spawn({
-        let (client, url) = (app.client.clone(), app.url("/locks/bye/acquire"));
-        async move {
-            client
-                .post(url)
-                .json(&json!({"holder": "b", "wait_ms": 30000}))
-                .send()
-                .await
-                .unwrap()
-        }
-    });
+    let poll = app.spawn_post(
+        "/locks/bye/acquire",
+        json!({"holder": "b", "wait_ms": 30000}),
+    );
     let sse = app
         .client
         .post(app.url("/locks/bye/acquire"))
@@ -169,12 +150,7 @@ async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
         .await
         .unwrap();
     let sse = tokio::spawn(read_sse(sse));
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            app.state("bye").await["waiters"] == 2
-        })
-        .await
-    );
+    app.wait_for_waiters("bye", 2).await;
     let started = Instant::now();
     app.shutdown.cancel();
     let response = poll.await.unwrap();
@@ -395,15 +371,7 @@ fn committed_openapi_document_matches_the_code() {
 async fn openapi_json_and_swagger_ui_are_served_offline() {
     let redis = redis();
     let app = spawn_app(&redis).await;
-    let served: serde_json::Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let served: serde_json::Value = app.get_json("/openapi.json").await;
     assert_eq!(served, latchkey::http::openapi());
     let docs = app.client.get(app.url("/docs/")).send().await.unwrap();
     assert_eq!(docs.status(), 200);
@@ -474,7 +442,12 @@ async fn min_replicas_waits_for_acknowledgement_and_gives_the_grant_back_when_mi
         .await,
         "replica in sync"
     );
-    let app = spawn_app_with(&primary, &[("min_replicas", "1")]).await;
+    let app = spawn_app_with(
+        &primary,
+        // WAIT gets half the response timeout; leave room for a loaded CI.
+        &[("min_replicas", "1"), ("redis_response_timeout_ms", "4000")],
+    )
+    .await;
     app.must_acquire("acked", json!({"holder": "a"})).await;
     assert_eq!(app.release("acked", "a").await.status(), 200);
 

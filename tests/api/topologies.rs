@@ -35,23 +35,11 @@ async fn locks_work_on_redis_cluster_across_slots_and_instances() {
     }
     // Pub/sub reaches the other instance whichever node published.
     for name in names.iter().take(6) {
-        let waiter = tokio::spawn({
-            let (client, url) = (b.client.clone(), b.url(&format!("/locks/{name}/acquire")));
-            async move {
-                client
-                    .post(url)
-                    .json(&json!({"holder": "y", "wait_ms": 20000}))
-                    .send()
-                    .await
-                    .unwrap()
-            }
-        });
-        assert!(
-            eventually(Duration::from_secs(3), || async {
-                b.state(name).await["waiters"] == 1
-            })
-            .await
+        let waiter = b.spawn_post(
+            &format!("/locks/{name}/acquire"),
+            json!({"holder": "y", "wait_ms": 20000}),
         );
+        b.wait_for_waiters(name, 1).await;
         let released = Instant::now();
         assert_eq!(a.release(name, "x").await.status(), 200);
         let response = waiter.await.unwrap();
@@ -136,23 +124,11 @@ async fn sentinel_mode_follows_a_failover_to_the_promoted_replica() {
         "acquire succeeds on the promoted master"
     );
     // The hub re-subscribed there too: a release wakes a waiter at once.
-    let waiter = tokio::spawn({
-        let (client, url) = (app.client.clone(), app.url("/locks/after/acquire"));
-        async move {
-            client
-                .post(url)
-                .json(&json!({"holder": "c", "wait_ms": 20000}))
-                .send()
-                .await
-                .unwrap()
-        }
-    });
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            app.state("after").await["waiters"] == 1
-        })
-        .await
+    let waiter = app.spawn_post(
+        "/locks/after/acquire",
+        json!({"holder": "c", "wait_ms": 20000}),
     );
+    app.wait_for_waiters("after", 1).await;
     let released = Instant::now();
     assert_eq!(app.release("after", "b").await.status(), 200);
     assert_eq!(waiter.await.unwrap().status(), 201);

@@ -32,12 +32,7 @@ async fn a_waiter_on_a_second_instance_is_woken_by_release_long_before_the_lease
         }
     });
     // Let the waiter settle into its wait on instance b.
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            b.state("handoff").await["waiters"] == 1
-        })
-        .await
-    );
+    b.wait_for_waiters("handoff", 1).await;
     let released_at = Instant::now();
     assert_eq!(a.release("handoff", "first").await.status(), 200);
     let (status, _) = waiter.await.unwrap();
@@ -113,12 +108,7 @@ async fn sse_reports_waiting_then_acquired() {
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     assert_eq!(response.headers()["x-accel-buffering"], "no");
     let reader = tokio::spawn(read_sse(response));
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            app.state("sse").await["waiters"] == 1
-        })
-        .await
-    );
+    app.wait_for_waiters("sse", 1).await;
     app.release("sse", "a").await;
     let events = reader.await.unwrap();
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
@@ -203,12 +193,7 @@ async fn a_client_that_disconnects_mid_wait_leaves_nothing_held() {
         .send()
         .await
         .unwrap();
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            app.state("gone").await["waiters"] == 2
-        })
-        .await
-    );
+    app.wait_for_waiters("gone", 2).await;
     poll.abort();
     drop(sse);
     assert!(
@@ -294,23 +279,11 @@ async fn the_waiter_limit_answers_429_too_many_waiters() {
     let app = spawn_app_with(&redis, &[("max_waiters", "1")]).await;
     app.must_acquire("full", json!({"holder": "a", "lease_ms": 5000}))
         .await;
-    let first = tokio::spawn({
-        let (client, url) = (app.client.clone(), app.url("/locks/full/acquire"));
-        async move {
-            client
-                .post(url)
-                .json(&json!({"holder": "b", "wait_ms": 3000}))
-                .send()
-                .await
-                .unwrap()
-        }
-    });
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            app.state("full").await["waiters"] == 1
-        })
-        .await
+    let first = app.spawn_post(
+        "/locks/full/acquire",
+        json!({"holder": "b", "wait_ms": 3000}),
     );
+    app.wait_for_waiters("full", 1).await;
     let response = app
         .acquire("full", json!({"holder": "c", "wait_ms": 3000}))
         .await;
