@@ -28,9 +28,19 @@ use crate::store::pubsub::Hub;
 use crate::store::{Store, StoreConfig};
 use crate::wait::WaitEngine;
 
-/// Cheap handles shared by every request (each is an `Arc` inside).
+/// What every request shares. One `Arc` inside: axum clones the state for
+/// each extractor, so a clone must be a single reference-count increment.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppStateInner>);
+
+impl std::ops::Deref for AppState {
+    type Target = AppStateInner;
+    fn deref(&self) -> &AppStateInner {
+        &self.0
+    }
+}
+
+pub struct AppStateInner {
     pub config: Arc<Config>,
     pub store: Store,
     pub engine: WaitEngine,
@@ -67,14 +77,14 @@ impl Application {
             config.redis_connect_timeout(),
         );
         let engine = WaitEngine::new(hub, config.max_waiters, shutdown.clone(), metrics.clone());
-        let state = AppState {
+        let state = AppState(Arc::new(AppStateInner {
             config: Arc::new(config),
             locks: Locks::new(store.clone()),
             store,
             engine,
             metrics,
             shutdown,
-        };
+        }));
         let listener = TcpListener::bind(state.config.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", state.config.listen))?;
@@ -141,19 +151,22 @@ pub fn router(state: AppState) -> Router {
     let config = state.config.clone();
 
     let trace = TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
-        // Route template only: raw paths carry names and holder ids.
-        let route = request
-            .extensions()
-            .get::<axum::extract::MatchedPath>()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_default();
-        let request_id = request
-            .headers()
-            .get(&REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        tracing::info_span!("request", method = %request.method(), route, request_id)
+        // Route template only: raw paths carry names and holder ids. The
+        // field values are only computed when the span is enabled.
+        tracing::info_span!(
+            "request",
+            method = %request.method(),
+            route = request
+                .extensions()
+                .get::<axum::extract::MatchedPath>()
+                .map(|p| p.as_str())
+                .unwrap_or(""),
+            request_id = request
+                .headers()
+                .get(&REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        )
     });
 
     let mut app = api

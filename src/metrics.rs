@@ -3,13 +3,25 @@
 //! Label values are bounded sets only (route templates, primitives,
 //! outcomes, script names): never object names or holder ids.
 
+use std::sync::Arc;
+
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
 
+/// Cheap to clone (one `Arc`): middleware state is cloned per request.
 #[derive(Clone)]
-pub struct Metrics {
+pub struct Metrics(Arc<MetricsInner>);
+
+impl std::ops::Deref for Metrics {
+    type Target = MetricsInner;
+    fn deref(&self) -> &MetricsInner {
+        &self.0
+    }
+}
+
+pub struct MetricsInner {
     registry: Registry,
     /// Requests by method, matched route template and status code.
     pub http_requests: IntCounterVec,
@@ -135,7 +147,7 @@ impl Metrics {
                 .expect("metric registered once");
         }
 
-        Metrics {
+        Metrics(Arc::new(MetricsInner {
             registry,
             http_requests,
             http_duration,
@@ -147,7 +159,7 @@ impl Metrics {
             pubsub_messages,
             redis_errors,
             script_duration,
-        }
+        }))
     }
 
     /// Prometheus text exposition of every metric.

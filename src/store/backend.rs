@@ -180,11 +180,13 @@ impl Backend {
                 }
                 // Topology discovery talks to several nodes: allow a few
                 // connect timeouts' worth.
-                let created =
-                    tokio::time::timeout(*connect_timeout * 3, client.get_async_connection())
-                        .await
-                        .map_err(|_| "timed out connecting to the cluster".to_string())?
-                        .map_err(|e| e.to_string())?;
+                let created = tokio::time::timeout(
+                    *connect_timeout * 3,
+                    Box::pin(client.get_async_connection()),
+                )
+                .await
+                .map_err(|_| "timed out connecting to the cluster".to_string())?
+                .map_err(|e| e.to_string())?;
                 *cached = Some(created.clone());
                 Ok(Conn::Cluster(created))
             }

@@ -161,7 +161,10 @@ impl Store {
     }
 
     async fn conn(&self) -> Result<Conn, StoreError> {
-        self.inner.backend.get().await.map_err(|e| {
+        // Boxed: the cluster connection's creation future is deep enough
+        // to overflow rustc's layout query limit in release builds when
+        // nested in our async fns.
+        Box::pin(self.inner.backend.get()).await.map_err(|e| {
             self.inner
                 .metrics
                 .redis_errors
