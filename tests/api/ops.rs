@@ -286,8 +286,9 @@ fn bad_configuration_stops_the_process_with_a_clear_message() {
     );
 }
 
-#[test]
-fn dev_mode_starts_private_redis_servers_and_stops_them_on_sigterm() {
+/// Starts the binary in dev mode; returns it, once it listens, with the
+/// ports of its private Redis servers (main node and RedLock nodes).
+fn start_dev_mode() -> (std::process::Child, Vec<u16>) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -300,40 +301,74 @@ fn dev_mode_starts_private_redis_servers_and_stops_them_on_sigterm() {
         .stderr(Stdio::null())
         .spawn()
         .expect("binary runs");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
+    let mut lines = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(|l| l.unwrap());
     let dev_line = lines
         .by_ref()
-        .map(|l| l.unwrap())
         .find(|l| l.contains("dev mode"))
-        .expect("dev mode is announced in the log");
+        .expect("dev mode is announced");
     let log: serde_json::Value = serde_json::from_str(&dev_line).expect("JSON log line");
-    let main_url = log["fields"]["main"].as_str().unwrap().to_string();
-    let redis_port: u16 = main_url
-        .trim_end_matches('/')
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        lines
-            .by_ref()
-            .map(|l| l.unwrap())
-            .any(|l| l.contains("latchkey listening"))
+    let port_of = |url: &str| -> u16 {
+        url.trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut ports = vec![port_of(log["fields"]["main"].as_str().unwrap())];
+    // The RedLock node list is logged as a Debug list of URLs.
+    let redlock = log["fields"]["redlock"].as_str().unwrap();
+    ports.extend(
+        redlock
+            .split('"')
+            .filter(|p| p.starts_with("redis://"))
+            .map(port_of),
     );
-    assert!(std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_ok());
+    assert_eq!(
+        ports.len(),
+        4,
+        "one main node and three RedLock nodes: {dev_line}"
+    );
+    assert!(lines.any(|l| l.contains("latchkey listening")));
+    for port in &ports {
+        assert!(std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
+    }
+    (child, ports)
+}
 
+fn assert_all_stopped(ports: &[u16]) {
+    let started = Instant::now();
+    while ports
+        .iter()
+        .any(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "a dev redis-server outlived latchkey"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn dev_mode_starts_private_redis_servers_and_stops_them_on_sigterm() {
+    let (mut child, ports) = start_dev_mode();
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(child.wait().unwrap().success());
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_err(),
-        "the dev redis-server must stop with latchkey"
-    );
+    assert_all_stopped(&ports);
+}
+
+#[test]
+fn dev_mode_leaves_no_redis_server_behind_even_on_sigkill() {
+    let (mut child, ports) = start_dev_mode();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_all_stopped(&ports);
 }
 
 #[test]
