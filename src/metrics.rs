@@ -28,7 +28,8 @@ pub struct MetricsInner {
     /// Time to the response head, by method and route (long-polls included).
     pub http_duration: HistogramVec,
     /// Acquisition attempts answered, by primitive and outcome
-    /// (`acquired`, `busy`, `timeout`, `error`).
+    /// (`acquired`, `busy` (refused without waiting), `timeout`, `error`,
+    /// `abandoned` (the client left while waiting)).
     pub acquisitions: IntCounterVec,
     /// Requests currently waiting (long-poll or SSE) on this instance.
     pub waiters: IntGauge,

@@ -94,9 +94,17 @@ pub async fn respond<A: Acquisition>(
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
 
     if !sse {
+        // hyper drops this future when the client goes away; the guard
+        // records that as `abandoned`.
+        let left = CountIfLeft {
+            metrics,
+            primitive,
+            armed: true,
+        };
         let outcome = waiter
             .wait(deadline, blocked, || guarded_attempt(&acquisition), |_| {})
             .await;
+        left.disarm();
         return match outcome {
             Ok(Outcome::Granted(grant)) => {
                 metrics.acquisition(primitive, "acquired");
@@ -177,6 +185,27 @@ async fn guarded_attempt<A: Acquisition>(acquisition: &A) -> Result<Attempt<A::G
     let result = acquisition.attempt().await;
     guard.acquisition = None;
     result
+}
+
+/// Counts a long-poll whose client left before it was answered.
+struct CountIfLeft<'a> {
+    metrics: &'a Metrics,
+    primitive: &'static str,
+    armed: bool,
+}
+
+impl CountIfLeft<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CountIfLeft<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.metrics.acquisition(self.primitive, "abandoned");
+        }
+    }
 }
 
 struct AbandonGuard<A: Acquisition> {

@@ -213,6 +213,10 @@ async fn a_client_that_disconnects_mid_wait_leaves_nothing_held() {
     let metrics = app.metrics().await;
     assert!(metrics.contains("latchkey_waiters 0"), "{metrics}");
     assert!(
+        metrics.contains(r#"latchkey_acquisitions_total{outcome="abandoned",primitive="lock"} 2"#),
+        "both departed clients are counted: {metrics}"
+    );
+    assert!(
         metrics.contains("latchkey_waiting_objects 0"),
         "no subscription left behind: {metrics}"
     );
