@@ -63,10 +63,19 @@ const POOL_SIZE: usize = 64;
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 /// Waiter counts of the handoff runs.
 const WAITERS: [usize; 2] = [8, 64];
-/// Discarded start of every run: TCP connects and pool fills happen here.
+/// Discarded start of every handoff run: TCP connects happen here.
 const WARM_UP: Duration = Duration::from_millis(500);
-/// Measured part of every throughput run.
-const MEASURE: Duration = Duration::from_secs(3);
+/// Each throughput figure is the median of this many rounds, and the
+/// rounds of HTTP, direct and the ceiling are interleaved (H D C H D C
+/// ...): on a small shared VM the same figure was seen to vary by 2× or
+/// more from run to run, and interleaving keeps the three columns of a
+/// row measured under the same conditions.
+const ROUNDS: usize = 3;
+/// Discarded start of every round (connections stay pooled between
+/// rounds, so this only lets the tasks get going).
+const ROUND_WARM_UP: Duration = Duration::from_millis(300);
+/// Measured part of every round.
+const MEASURE: Duration = Duration::from_secs(1);
 /// How long waiters keep re-acquiring in a handoff run (then they drain).
 const HANDOFF_RUN: Duration = Duration::from_secs(4);
 /// Lease of every grant: long enough that no lease ever expires mid-run,
@@ -161,9 +170,13 @@ async fn bench(redis_url: String) -> Result<Vec<String>, String> {
 
     let mut throughput = Vec::new();
     for c in CONCURRENCY {
-        let http = http_pairs(&client, &base, c).await;
-        let direct = direct_pairs(&locks, c).await;
-        let ceiling = healthz_pairs(&client, &base, c).await;
+        let (mut http, mut direct, mut ceiling) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            http.push(http_pairs(&client, &base, c).await);
+            direct.push(direct_pairs(&locks, c).await);
+            ceiling.push(healthz_pairs(&client, &base, c).await);
+        }
+        let (http, direct, ceiling) = (median(http), median(direct), median(ceiling));
         errors.extend(http.errors.iter().map(|e| format!("HTTP c={c}: {e}")));
         errors.extend(direct.errors.iter().map(|e| format!("direct c={c}: {e}")));
         errors.extend(ceiling.errors.iter().map(|e| format!("healthz c={c}: {e}")));
@@ -219,10 +232,20 @@ struct Counters {
     stop: AtomicBool,
 }
 
+/// The median rate of some rounds, with every round's errors.
+fn median(mut rounds: Vec<Rate>) -> Rate {
+    rounds.sort_by(|a, b| a.pairs_per_s.total_cmp(&b.pairs_per_s));
+    let errors = rounds.iter().flat_map(|r| r.errors.clone()).collect();
+    Rate {
+        pairs_per_s: rounds[rounds.len() / 2].pairs_per_s,
+        errors,
+    }
+}
+
 /// Lets `tasks` warm up, counts the pairs they complete during
 /// [`MEASURE`], stops them and collects their errors.
 async fn timed(counters: &Counters, mut tasks: JoinSet<Result<(), String>>) -> Rate {
-    tokio::time::sleep(WARM_UP).await;
+    tokio::time::sleep(ROUND_WARM_UP).await;
     let (start, before) = (Instant::now(), counters.pairs.load(Ordering::Relaxed));
     tokio::time::sleep(MEASURE).await;
     let (elapsed, after) = (start.elapsed(), counters.pairs.load(Ordering::Relaxed));
@@ -656,8 +679,8 @@ fn print_report(
     );
     println!();
     println!(
-        "Uncontended acquire+release pairs/s ({MEASURE:?} after {WARM_UP:?} warm-up; \
-         each task on its own lock):"
+        "Uncontended acquire+release pairs/s (median of {ROUNDS} interleaved rounds of \
+         {MEASURE:?} after {ROUND_WARM_UP:?} warm-up; each task on its own lock):"
     );
     println!();
     println!(
