@@ -111,10 +111,6 @@ impl Application {
         self.state.shutdown.clone()
     }
 
-    pub fn state(&self) -> &AppState {
-        &self.state
-    }
-
     /// Serves until the shutdown token is cancelled, then stops accepting,
     /// lets open waits end with 503 `shutting-down`, and returns within
     /// `shutdown_grace_ms` even if some connection does not finish.

@@ -200,15 +200,6 @@ impl WaitEngine {
             .map(|g| g.waiting.load(Ordering::Relaxed) as u64)
             .unwrap_or(0)
     }
-
-    /// Open waits on this instance.
-    pub fn open_waits(&self) -> usize {
-        self.inner.open.load(Ordering::Relaxed)
-    }
-
-    pub fn shutdown_token(&self) -> &CancellationToken {
-        &self.inner.shutdown
-    }
 }
 
 impl Waiter {

@@ -142,14 +142,6 @@ impl Store {
         self.inner.connector.clone()
     }
 
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
-    }
-
     /// `{prefix}{<name>}:<part>`.
     pub fn key(&self, name: &str, part: &str) -> String {
         format!("{}{{{}}}:{}", self.inner.prefix, name, part)
