@@ -1,4 +1,4 @@
-//! Application state, the router with its layers, start-up and shutdown.
+//! Start-up, serving and graceful shutdown.
 //!
 //! [`Application::build`] binds the listener from the configuration (port 0
 //! picks a free port, which is how tests start the real app) and connects
@@ -10,45 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, HeaderValue, Method, header};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
-use utoipa_swagger_ui::SwaggerUi;
 
-use crate::config::{Config, CorsOrigins};
+use crate::config::Config;
 use crate::coord::locks::Locks;
 use crate::http;
 use crate::metrics::Metrics;
+use crate::state::AppState;
 use crate::store::pubsub::Hub;
 use crate::store::{Store, StoreConfig};
 use crate::wait::WaitEngine;
-
-/// What every request shares. One `Arc` inside: axum clones the state for
-/// each extractor, so a clone must be a single reference-count increment.
-#[derive(Clone)]
-pub struct AppState(Arc<AppStateInner>);
-
-impl std::ops::Deref for AppState {
-    type Target = AppStateInner;
-    fn deref(&self) -> &AppStateInner {
-        &self.0
-    }
-}
-
-pub struct AppStateInner {
-    pub config: Arc<Config>,
-    pub store: Store,
-    pub engine: WaitEngine,
-    pub locks: Locks,
-    pub metrics: Metrics,
-    /// Cancelled once on SIGTERM/Ctrl-C: waits end with 503 `shutting-down`.
-    pub shutdown: CancellationToken,
-}
 
 pub struct Application {
     listener: TcpListener,
@@ -56,8 +28,6 @@ pub struct Application {
     state: AppState,
     addr: SocketAddr,
 }
-
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 impl Application {
     /// Connects to Redis, starts the pub/sub hub and binds the listener.
@@ -77,19 +47,19 @@ impl Application {
             config.redis_connect_timeout(),
         );
         let engine = WaitEngine::new(hub, config.max_waiters, shutdown.clone(), metrics.clone());
-        let state = AppState(Arc::new(AppStateInner {
+        let state = AppState {
             config: Arc::new(config),
             locks: Locks::new(store.clone()),
             store,
             engine,
             metrics,
             shutdown,
-        }));
+        };
         let listener = TcpListener::bind(state.config.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", state.config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let router = router(state.clone());
+        let router = http::router(state.clone());
         Ok(Application {
             listener,
             router,
@@ -134,70 +104,6 @@ impl Application {
             }
         }
     }
-}
-
-/// The router with every layer: body limit, problem+json for errors,
-/// metrics, tracing with request ids, CORS, Swagger UI and fallbacks.
-pub fn router(state: AppState) -> Router {
-    let (api, openapi) = http::api_router();
-    let swagger = SwaggerUi::new("/docs")
-        .external_url_unchecked("/openapi.json", openapi)
-        .config(utoipa_swagger_ui::Config::default().validator_url("none"));
-    let metrics = state.metrics.clone();
-    let config = state.config.clone();
-
-    let trace = TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
-        // Route template only: raw paths carry names and holder ids. The
-        // field values are only computed when the span is enabled.
-        tracing::info_span!(
-            "request",
-            method = %request.method(),
-            route = request
-                .extensions()
-                .get::<axum::extract::MatchedPath>()
-                .map(|p| p.as_str())
-                .unwrap_or(""),
-            request_id = request
-                .headers()
-                .get(&REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
-        )
-    });
-
-    let mut app = api
-        .fallback(http::middleware::not_found)
-        .with_state(state)
-        .merge(swagger)
-        .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        // A bug must still answer (500 `internal`, detail not leaked)
-        // rather than drop the connection.
-        .layer(CatchPanicLayer::custom(http::middleware::panic_response))
-        .layer(axum::middleware::from_fn(http::middleware::problem_json))
-        .layer(axum::middleware::from_fn_with_state(
-            metrics,
-            http::middleware::record,
-        ))
-        .layer(trace)
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));
-
-    let exposed = [header::LOCATION, header::RETRY_AFTER, REQUEST_ID];
-    let cors = match &config.cors_origins {
-        CorsOrigins::Disabled => None,
-        CorsOrigins::Any => Some(CorsLayer::new().allow_origin(Any)),
-        CorsOrigins::List(list) => Some(CorsLayer::new().allow_origin(AllowOrigin::list(
-            list.iter().filter_map(|o| HeaderValue::from_str(o).ok()),
-        ))),
-    };
-    if let Some(cors) = cors {
-        app = app.layer(
-            cors.allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
-                .allow_headers([header::CONTENT_TYPE, header::ACCEPT, REQUEST_ID])
-                .expose_headers(exposed),
-        );
-    }
-    app
 }
 
 /// Process entry: starts dev-mode Redis servers when no Redis URL is

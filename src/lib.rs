@@ -9,10 +9,11 @@
 //! ## Module map
 //!
 //! - [`config`]: typed settings (defaults → TOML file → env → flags), validated at start.
-//! - [`app`]: [`app::AppState`], the router and its layers, start-up, graceful shutdown.
+//! - [`app`]: start-up, serving, graceful shutdown.
+//! - [`state`]: [`state::AppState`], the handles every request handler shares.
 //! - [`error`]: the one error type, rendered as `application/problem+json`.
-//! - [`http`]: one module per resource (`locks`, `health`), extractors, the
-//!   long-poll/SSE adapter, and the route list that generates the OpenAPI document.
+//! - [`http`]: one module per resource (`locks`, `health`), the route list
+//!   and its layers, the OpenAPI document, extractors, and the long-poll/SSE adapter.
 //! - [`coord`]: the primitives as plain Rust APIs over the store.
 //! - [`store`]: the only code that talks to Redis — pool, Lua scripts, pub/sub hub.
 //! - [`wait`]: the one blocking-wait engine every primitive uses.
@@ -26,6 +27,7 @@ pub mod devredis;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod wait;

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::app::AppState;
 use crate::error::{ApiError, Problem};
+use crate::state::AppState;
 
 pub const TAG: &str = "operations";
 

@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::app::AppState;
 use crate::coord::locks::{LockGrant, Locks};
 use crate::error::{ApiError, Problem};
 use crate::http::extract::{
     ApiJson, ApiPath, ApiQuery, Millis, check_holder, check_holder_in_path, check_name, new_holder,
     wants_sse,
 };
-use crate::http::waiting::{self, Acquisition};
+use crate::http::longpoll::{self, Acquisition};
+use crate::state::AppState;
 use crate::wait::{Attempt, Blocked};
 
 pub const TAG: &str = "locks";
@@ -273,7 +273,7 @@ pub async fn acquire(
         holder,
         lease_ms,
     };
-    waiting::respond(
+    longpoll::respond(
         &state.engine,
         &state.metrics,
         wants_sse(&headers),

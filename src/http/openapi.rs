@@ -1,0 +1,96 @@
+//! The OpenAPI document: generated from the route list in [`super::router`],
+//! plus the few adjustments utoipa cannot express.
+
+use utoipa::OpenApi;
+
+use crate::error::Problem;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "latchkey",
+        description = "Redisson's distributed locks and synchronizers over plain HTTP, backed by \
+            Redis. Every grant carries a lease, a fencing token and a heartbeat interval. \
+            Blocking acquires long-poll up to `wait_ms`, or stream Server-Sent Events with \
+            `Accept: text/event-stream`. Errors are `application/problem+json` (RFC 9457).",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags(
+        (name = "locks", description = "Reentrant locks (Redisson RLock)"),
+        (name = "operations", description = "Health, readiness and metrics"),
+    ),
+    components(schemas(Problem)),
+)]
+pub(super) struct ApiDoc;
+
+/// The OpenAPI document exactly as served at `/openapi.json`.
+pub fn openapi() -> serde_json::Value {
+    polish(super::router::routes().split_for_parts().1)
+}
+
+/// Two adjustments utoipa cannot express, applied to the generated document:
+///
+/// - utoipa keeps responses in status order, which would put an acquire's
+///   `200 text/event-stream` before its `201 application/json`. Swagger UI's
+///   "Try it out" must default to JSON, so JSON successes come first.
+/// - An optional body is generated as `oneOf: [null, Schema]`; it becomes
+///   the schema itself with `required: false`, with the schema's example on
+///   the media type, so Swagger UI pre-fills a valid request.
+pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
+    use serde_json::{Map, Value};
+    let mut doc = serde_json::to_value(doc).expect("the OpenAPI document serializes");
+    let examples: Map<String, Value> = doc["components"]["schemas"]
+        .as_object()
+        .map(|schemas| {
+            schemas
+                .iter()
+                .filter_map(|(name, s)| s.get("example").map(|e| (name.clone(), e.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return doc;
+    };
+    for operation in paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|p| p.values_mut())
+    {
+        if let Some(responses) = operation
+            .get_mut("responses")
+            .and_then(Value::as_object_mut)
+        {
+            let json_first = |(status, r): &(String, Value)| {
+                let json = r["content"].get("application/json").is_some();
+                (!(status.starts_with('2') && json), status.clone())
+            };
+            let mut entries: Vec<(String, Value)> = std::mem::take(responses).into_iter().collect();
+            entries.sort_by_key(json_first);
+            responses.extend(entries);
+        }
+        if let Some(media) = operation.pointer_mut("/requestBody/content/application~1json") {
+            let reference = media["schema"]["oneOf"]
+                .as_array()
+                .and_then(|alternatives| {
+                    alternatives
+                        .iter()
+                        .find(|s| s.get("$ref").is_some())
+                        .cloned()
+                });
+            if let Some(reference) = reference {
+                let name = reference["$ref"]
+                    .as_str()
+                    .unwrap_or("")
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("");
+                if let Some(example) = examples.get(name) {
+                    media["example"] = example.clone();
+                }
+                media["schema"] = reference;
+                operation["requestBody"]["required"] = Value::Bool(false);
+            }
+        }
+    }
+    doc
+}

@@ -1,0 +1,106 @@
+//! The one place that lists every route, and the router with every layer.
+//!
+//! Routes are registered through utoipa-axum, so the OpenAPI document is
+//! generated from the same list and cannot drift from what is served.
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
+
+use super::openapi::{ApiDoc, polish};
+use super::{health, locks, middleware};
+use crate::config::CorsOrigins;
+use crate::state::AppState;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Every route with its OpenAPI operation.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(locks::acquire))
+        .routes(routes!(locks::heartbeat))
+        .routes(routes!(locks::release))
+        .routes(routes!(locks::state, locks::force_unlock))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+}
+
+/// The API routes (without the layers, Swagger UI and fallbacks) and the
+/// document describing them.
+fn api_router() -> (Router<AppState>, serde_json::Value) {
+    let (router, doc) = routes().split_for_parts();
+    (router, polish(doc))
+}
+
+/// The router with every layer: body limit, problem+json for errors,
+/// metrics, tracing with request ids, CORS, Swagger UI and fallbacks.
+pub fn router(state: AppState) -> Router {
+    let (api, openapi) = api_router();
+    let swagger = SwaggerUi::new("/docs")
+        .external_url_unchecked("/openapi.json", openapi)
+        .config(utoipa_swagger_ui::Config::default().validator_url("none"));
+    let metrics = state.metrics.clone();
+    let config = state.config.clone();
+
+    let trace = TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
+        // Route template only: raw paths carry names and holder ids. The
+        // field values are only computed when the span is enabled.
+        tracing::info_span!(
+            "request",
+            method = %request.method(),
+            route = request
+                .extensions()
+                .get::<axum::extract::MatchedPath>()
+                .map(|p| p.as_str())
+                .unwrap_or(""),
+            request_id = request
+                .headers()
+                .get(&REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        )
+    });
+
+    let mut app = api
+        .fallback(middleware::not_found)
+        .with_state(state)
+        .merge(swagger)
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        // A bug must still answer (500 `internal`, detail not leaked)
+        // rather than drop the connection.
+        .layer(CatchPanicLayer::custom(middleware::panic_response))
+        .layer(axum::middleware::from_fn(middleware::problem_json))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            middleware::record,
+        ))
+        .layer(trace)
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));
+
+    let exposed = [header::LOCATION, header::RETRY_AFTER, REQUEST_ID];
+    let cors = match &config.cors_origins {
+        CorsOrigins::Disabled => None,
+        CorsOrigins::Any => Some(CorsLayer::new().allow_origin(Any)),
+        CorsOrigins::List(list) => Some(CorsLayer::new().allow_origin(AllowOrigin::list(
+            list.iter().filter_map(|o| HeaderValue::from_str(o).ok()),
+        ))),
+    };
+    if let Some(cors) = cors {
+        app = app.layer(
+            cors.allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+                .allow_headers([header::CONTENT_TYPE, header::ACCEPT, REQUEST_ID])
+                .expose_headers(exposed),
+        );
+    }
+    app
+}

@@ -1,0 +1,33 @@
+//! What every request handler shares: a bundle of cheap handles, built once
+//! by [`crate::app::Application::build`] and cloned into each request.
+//!
+//! This module is a leaf: it knows the primitives and the engines, but
+//! nothing of the router, the HTTP layers or the server that runs them.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::coord::locks::Locks;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::wait::WaitEngine;
+
+/// Every field is a cheap handle (an `Arc` inside), so a clone per request
+/// is a handful of reference-count increments.
+#[derive(Clone)]
+pub struct AppState {
+    /// The validated settings (lease and wait ranges, limits).
+    pub config: Arc<Config>,
+    /// Redis: scripts, connections, readiness.
+    pub store: Store,
+    /// The blocking-wait engine shared by every primitive.
+    pub engine: WaitEngine,
+    /// Reentrant locks (`/locks`).
+    pub locks: Locks,
+    /// The service's Prometheus registry.
+    pub metrics: Metrics,
+    /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.
+    pub shutdown: CancellationToken,
+}
