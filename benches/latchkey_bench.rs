@@ -48,10 +48,10 @@ use std::time::{Duration, Instant};
 use latchkey::app::Application;
 use latchkey::config::Config;
 use latchkey::coord::locks::Locks;
+use latchkey::coord::{Attempt, AttemptId};
 use latchkey::devredis::RedisServer;
 use latchkey::metrics::Metrics;
 use latchkey::store::{Store, StoreConfig};
-use latchkey::wait::Attempt;
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -322,7 +322,10 @@ async fn direct_pairs(locks: &Locks, c: usize) -> Rate {
         let holder = format!("h{i}");
         tasks.spawn(async move {
             while !counters.stop.load(Ordering::Relaxed) {
-                match locks.try_acquire(&name, &holder, LEASE_MS).await {
+                match locks
+                    .try_acquire(&name, &holder, LEASE_MS, &AttemptId::new())
+                    .await
+                {
                     Ok(Attempt::Granted(_)) => {}
                     Ok(Attempt::Blocked(b)) => return Err(format!("acquire blocked: {b:?}")),
                     Err(e) => return Err(format!("acquire: {e}")),

@@ -39,6 +39,7 @@ impl Application {
         let metrics = Metrics::new();
         let shutdown = CancellationToken::new();
         let store = Store::open(&StoreConfig::from_config(&config), metrics.clone()).await?;
+        store.check_eviction_policy().await;
         let hub = Hub::start(
             store.connector(),
             store.channel_pattern(),
@@ -74,6 +75,13 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// Whether the pub/sub subscriber is connected: until it is, a release
+    /// on another instance may not wake this instance's waiters at once
+    /// (they still re-check on their own timers). Tests wait for it.
+    pub fn subscribed(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.state.engine.subscribed()
     }
 
     /// Cancel it to start a graceful shutdown (what SIGTERM does).

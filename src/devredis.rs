@@ -168,6 +168,26 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open but nothing is
+    /// answered, as with a stalled host. Tests use it for fault injection.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .arg(signal)
+                .arg(child.id().to_string())
+                .status();
+        }
+    }
+
     /// The last lines of the server's log, for failure messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();

@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::store::StoreError;
+use crate::wait::WaitError;
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
@@ -254,9 +255,9 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
-            StoreError::Unavailable(detail) => {
-                tracing::warn!(error = %detail, "redis unavailable");
-                ApiError::backend_unavailable("Redis cannot be reached right now; retry shortly")
+            StoreError::Unavailable { condition, detail } => {
+                tracing::warn!(error = %detail, "redis unavailable: {}", condition.describe());
+                ApiError::backend_unavailable(format!("{}; retry shortly", condition.describe()))
             }
             StoreError::ReplicasLagging { acked, wanted } => {
                 tracing::warn!(acked, wanted, "write not acknowledged by enough replicas");
@@ -266,8 +267,21 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Unexpected(detail) => {
                 tracing::error!(error = %detail, "unexpected redis reply");
-                ApiError::internal()
+                ApiError::backend_unavailable(
+                    "Redis returned data the service does not expect (were its keys changed by \
+                     another client?); the event has been logged",
+                )
             }
+        }
+    }
+}
+
+impl From<WaitError> for ApiError {
+    fn from(err: WaitError) -> Self {
+        match err {
+            WaitError::ShuttingDown => ApiError::shutting_down(),
+            WaitError::TooManyWaiters { limit } => ApiError::too_many_waiters(limit),
+            WaitError::Backend(e) => e.into(),
         }
     }
 }

@@ -5,11 +5,20 @@
 //! shutdown) → repeat.
 //!
 //! Waiters for the same object on one instance form a *group*: they share
-//! one pub/sub subscription and a FIFO "baton" (a fair async mutex). Only
-//! the waiter holding the baton talks to Redis; the others sleep until it
-//! is granted, times out or goes away, and then the next one tries at once.
-//! So a release costs one re-check per instance, not one per waiter: no
-//! thundering herd, and local waiters are served in arrival order.
+//! one pub/sub subscription, a FIFO "baton" (a fair async mutex) and the
+//! latest answer Redis gave any of them. Only the waiter holding the baton
+//! talks to Redis; the others sleep until it is granted, times out or goes
+//! away, and then the next one tries at once — meanwhile they report the
+//! lead's latest observation, so their 409s and SSE `waiting` events stay
+//! current. A release costs one re-check per instance, not one per waiter:
+//! no thundering herd, and local waiters are served in arrival order.
+//!
+//! Time: every wait has a deadline fixed when its request arrived. Each try
+//! is bounded by the time left (at least [`MIN_TRY`]). Once a wait has its
+//! first answer, a try that fails on a transient backend error (Redis
+//! restarting, a connection killed, a failover) is retried after a capped,
+//! jittered backoff until the deadline; the wait ends with that error only
+//! if it is still failing then.
 //!
 //! Cancellation: hyper drops the handler future when the client goes away.
 //! Everything here is cancel-safe — the baton queue entry, the group
@@ -17,15 +26,18 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
+use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
+use crate::coord::{Attempt, Blocked};
 use crate::metrics::Metrics;
+use crate::store::StoreError;
 use crate::store::pubsub::{Hub, Subscription};
 
 /// How often an SSE stream reports progress when nothing changes.
@@ -35,38 +47,30 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 /// whose lease is just ending is not polled in a tight loop.
 const MIN_RECHECK: Duration = Duration::from_millis(2);
 
-/// Why a request could not be granted (yet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Blocked {
-    /// Remaining lease of what blocks the request, in ms.
-    pub retry_after_ms: u64,
-    /// Waiters ahead, where the resource queues fairly.
-    pub position: Option<u64>,
+/// The least time a try gets, even right before the deadline, so that a
+/// healthy Redis can still answer the last re-check.
+pub const MIN_TRY: Duration = Duration::from_millis(100);
+
+/// Backoff between tries that failed on a transient backend error.
+const BACKOFF_START: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Why a wait could not even start, or ended without an answer.
+#[derive(Debug, Clone)]
+pub enum WaitError {
+    /// The instance is shutting down.
+    ShuttingDown,
+    /// The instance already has `limit` open waits.
+    TooManyWaiters { limit: usize },
+    /// Redis failed, and was still failing at the deadline (or the error
+    /// is not one that retrying can fix).
+    Backend(StoreError),
 }
 
-impl Blocked {
-    pub fn after(retry_after_ms: u64) -> Self {
-        Blocked {
-            retry_after_ms,
-            position: None,
-        }
+impl From<StoreError> for WaitError {
+    fn from(e: StoreError) -> Self {
+        WaitError::Backend(e)
     }
-
-    /// The same hint, aged by the time since it was observed.
-    fn aged(self, observed: Instant) -> Self {
-        let elapsed = observed.elapsed().as_millis() as u64;
-        Blocked {
-            retry_after_ms: self.retry_after_ms.saturating_sub(elapsed),
-            ..self
-        }
-    }
-}
-
-/// The result of one try.
-#[derive(Debug)]
-pub enum Attempt<T> {
-    Granted(T),
-    Blocked(Blocked),
 }
 
 /// How a wait ended (errors, including shutdown, are `Err`).
@@ -77,59 +81,102 @@ pub enum Outcome<T> {
     TimedOut(Blocked),
 }
 
+/// The latest answer a group's lead got from Redis.
+#[derive(Debug, Clone, Default)]
+struct Latest {
+    /// The last blocker seen, and when.
+    blocked: Option<(Blocked, Instant)>,
+    /// Set while tries fail; cleared by the next answer.
+    failing: Option<StoreError>,
+}
+
+impl Latest {
+    fn blocked_now(&self) -> Option<Blocked> {
+        self.blocked.map(|(b, at)| aged(b, at))
+    }
+
+    /// What a wait that ends now answers.
+    fn timed_out<T>(&self) -> Result<Outcome<T>, WaitError> {
+        match (&self.failing, self.blocked_now()) {
+            (Some(e), _) => Err(WaitError::Backend(e.clone())),
+            (None, Some(b)) => Ok(Outcome::TimedOut(b)),
+            (None, None) => Err(WaitError::Backend(StoreError::timeout())),
+        }
+    }
+}
+
+/// The same hint, aged by the time since it was observed.
+fn aged(blocked: Blocked, observed: Instant) -> Blocked {
+    let elapsed = observed.elapsed().as_millis() as u64;
+    Blocked {
+        retry_after_ms: blocked.retry_after_ms.saturating_sub(elapsed),
+        ..blocked
+    }
+}
+
+/// Cheap to clone: one `Arc` inside.
 #[derive(Clone)]
 pub struct WaitEngine {
     inner: Arc<Inner>,
 }
 
 struct Inner {
+    /// Where wake-ups come from.
     hub: Hub,
-    /// channel → live group; Weak so an idle object costs nothing.
-    groups: Mutex<HashMap<String, Weak<Group>>>,
+    /// channel → the live group and its member count. Counts change only
+    /// under this lock; the last member removes the entry and drops the
+    /// group after releasing the lock.
+    groups: Mutex<HashMap<String, Slot>>,
     /// Open waits on this instance (admission control).
     open: AtomicUsize,
+    /// Open waits allowed before 429 `too-many-waiters`.
     max_waiters: usize,
+    /// Cancelled at shutdown: every wait ends with `ShuttingDown`.
     shutdown: CancellationToken,
+    /// Gauges for waiters and waiting objects.
     metrics: Metrics,
 }
 
+struct Slot {
+    group: Arc<Group>,
+    members: usize,
+}
+
 struct Group {
-    channel: String,
     /// Shared interest in the object's wake channel.
     subscription: Subscription,
     /// FIFO baton: only its holder talks to Redis for this object.
     baton: tokio::sync::Mutex<()>,
-    /// Members currently waiting (for `waiters` in state reads).
-    waiting: AtomicUsize,
-    engine: Weak<Inner>,
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let Some(engine) = self.engine.upgrade() else {
-            return;
-        };
-        engine.metrics.waiting_objects.dec();
-        let mut groups = engine.groups.lock().expect("group map poisoned");
-        let ours = groups
-            .get(&self.channel)
-            .is_some_and(|weak| std::ptr::eq(weak.as_ptr(), self));
-        if ours {
-            groups.remove(&self.channel);
-        }
-    }
+    /// The lead's latest observation, shared with the queued members.
+    latest: watch::Sender<Latest>,
 }
 
 /// An admitted waiter: holds one of the instance's waiter slots and a
 /// membership in its object's group until dropped.
 pub struct Waiter {
     group: Arc<Group>,
+    channel: String,
     engine: Arc<Inner>,
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        self.group.waiting.fetch_sub(1, Ordering::Relaxed);
+        let removed = {
+            let mut groups = self.engine.groups.lock();
+            match groups.get_mut(&self.channel) {
+                Some(slot) if slot.members > 1 => {
+                    slot.members -= 1;
+                    None
+                }
+                Some(_) => groups.remove(&self.channel),
+                None => None,
+            }
+        };
+        if removed.is_some() {
+            self.engine.metrics.waiting_objects.dec();
+        }
+        // The group (and its subscription) is dropped here, after the guard.
+        drop(removed);
         self.engine.open.fetch_sub(1, Ordering::Relaxed);
         self.engine.metrics.waiters.dec();
     }
@@ -154,75 +201,148 @@ impl WaitEngine {
         }
     }
 
-    /// Takes a waiter slot for the object whose wake channel is `channel`:
-    /// 429 `too-many-waiters` when the instance is full, 503 when shutting down.
-    pub fn admit(&self, channel: &str) -> Result<Waiter, ApiError> {
+    /// Takes a waiter slot for the object whose wake channel is `channel`.
+    pub fn admit(&self, channel: &str) -> Result<Waiter, WaitError> {
         if self.inner.shutdown.is_cancelled() {
-            return Err(ApiError::shutting_down());
+            return Err(WaitError::ShuttingDown);
         }
         let before = self.inner.open.fetch_add(1, Ordering::Relaxed);
         if before >= self.inner.max_waiters {
             self.inner.open.fetch_sub(1, Ordering::Relaxed);
-            return Err(ApiError::too_many_waiters(self.inner.max_waiters));
+            return Err(WaitError::TooManyWaiters {
+                limit: self.inner.max_waiters,
+            });
         }
         self.inner.metrics.waiters.inc();
-        let group = self.group(channel);
-        group.waiting.fetch_add(1, Ordering::Relaxed);
+        let mut groups = self.inner.groups.lock();
+        let slot = groups.entry(channel.to_string()).or_insert_with(|| {
+            self.inner.metrics.waiting_objects.inc();
+            Slot {
+                group: Arc::new(Group {
+                    subscription: self.inner.hub.subscribe(channel),
+                    baton: tokio::sync::Mutex::new(()),
+                    latest: watch::Sender::new(Latest::default()),
+                }),
+                members: 0,
+            }
+        });
+        slot.members += 1;
         Ok(Waiter {
-            group,
+            group: slot.group.clone(),
+            channel: channel.to_string(),
             engine: self.inner.clone(),
         })
     }
 
-    fn group(&self, channel: &str) -> Arc<Group> {
-        let mut groups = self.inner.groups.lock().expect("group map poisoned");
-        if let Some(group) = groups.get(channel).and_then(Weak::upgrade) {
-            return group;
-        }
-        let group = Arc::new(Group {
-            channel: channel.to_string(),
-            subscription: self.inner.hub.subscribe(channel),
-            baton: tokio::sync::Mutex::new(()),
-            waiting: AtomicUsize::new(0),
-            engine: Arc::downgrade(&self.inner),
-        });
-        groups.insert(channel.to_string(), Arc::downgrade(&group));
-        self.inner.metrics.waiting_objects.inc();
-        group
-    }
-
     /// Requests currently waiting on this instance for the object.
     pub fn waiters_on(&self, channel: &str) -> u64 {
-        let groups = self.inner.groups.lock().expect("group map poisoned");
-        groups
-            .get(channel)
-            .and_then(Weak::upgrade)
-            .map(|g| g.waiting.load(Ordering::Relaxed) as u64)
-            .unwrap_or(0)
+        let groups = self.inner.groups.lock();
+        groups.get(channel).map_or(0, |slot| slot.members as u64)
+    }
+
+    /// The pub/sub hub's connection state (see [`Hub::connected`]).
+    pub fn subscribed(&self) -> watch::Receiver<bool> {
+        self.inner.hub.connected()
+    }
+
+    /// A request's first try. When the request may wait (`patient`), the
+    /// try is bounded by its deadline (the deadline counts from the
+    /// request's arrival, so a stalled Redis cannot stretch it). A failure
+    /// here ends the request at once: a wait that never got a first answer
+    /// has nothing to wait for.
+    pub async fn first_try<T, F>(
+        &self,
+        deadline: Instant,
+        patient: bool,
+        attempt: F,
+    ) -> Result<Attempt<T>, WaitError>
+    where
+        F: Future<Output = Result<Attempt<T>, StoreError>>,
+    {
+        let result = if patient {
+            bounded(deadline, attempt).await
+        } else {
+            attempt.await
+        };
+        result.map_err(WaitError::Backend)
+    }
+}
+
+/// Runs one try, giving it the time left before `deadline` (at least
+/// [`MIN_TRY`]); a try cut short is a timeout (its future is dropped, so a
+/// caller that must give back a possible grant does so from a guard).
+async fn bounded<T>(
+    deadline: Instant,
+    attempt: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let budget = deadline
+        .saturating_duration_since(Instant::now())
+        .max(MIN_TRY);
+    tokio::time::timeout(budget, attempt)
+        .await
+        .unwrap_or_else(|_| Err(StoreError::timeout()))
+}
+
+/// Capped exponential backoff with jitter (between half and all of the
+/// current step), so waiters don't retry in lockstep.
+struct Backoff {
+    step: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            step: BACKOFF_START,
+        }
+    }
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (self.step * 2).min(BACKOFF_MAX);
+        let jitter = getrandom::u32().unwrap_or(0) as f64 / u32::MAX as f64;
+        step.mul_f64(0.5 + jitter / 2.0)
     }
 }
 
 impl Waiter {
     /// Waits until `attempt` grants, `deadline` passes, or shutdown.
     ///
-    /// `blocked` is what the caller's first, immediate try returned.
+    /// `first` is what the caller's first try returned.
     /// `progress` is told the current blocker whenever it changes and at
     /// least every [`PROGRESS_EVERY`] (SSE `waiting` events).
     pub async fn wait<T, F, Fut>(
         self,
         deadline: Instant,
-        blocked: Blocked,
+        first: Blocked,
         mut attempt: F,
         mut progress: impl FnMut(Blocked),
-    ) -> Result<Outcome<T>, ApiError>
+    ) -> Result<Outcome<T>, WaitError>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Attempt<T>, ApiError>>,
+        Fut: Future<Output = Result<Attempt<T>, StoreError>>,
     {
         let shutdown = self.engine.shutdown.clone();
-        let mut last = blocked;
-        let mut last_at = Instant::now();
-        let mut tick = tokio::time::interval_at(Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        let latest = &self.group.latest;
+        let now = Instant::now();
+        // Our own first answer is as fresh as anything the group has.
+        latest.send_modify(|l| {
+            if l.blocked.is_none_or(|(_, at)| at <= now) {
+                *l = Latest {
+                    blocked: Some((first, now)),
+                    failing: None,
+                };
+            }
+        });
+        let mut seen = latest.subscribe();
+        seen.mark_unchanged();
+        let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
+        let report = |progress: &mut dyn FnMut(Blocked)| {
+            if let Some(b) = latest.borrow().blocked_now() {
+                progress(b);
+            }
+        };
 
         // Phase 1: queue for the baton behind earlier local waiters. The
         // lock future is created once so that progress ticks don't lose
@@ -233,10 +353,11 @@ impl Waiter {
             tokio::select! {
                 biased;
                 // Cancel-safe arms: dropping `baton` leaves the queue.
-                _ = shutdown.cancelled() => return Err(ApiError::shutting_down()),
+                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
                 guard = &mut baton => break guard,
-                _ = sleep_until(deadline) => return Ok(Outcome::TimedOut(last.aged(last_at))),
-                _ = tick.tick() => progress(last.aged(last_at)),
+                _ = sleep_until(deadline) => return latest.borrow().timed_out(),
+                _ = seen.changed() => report(&mut progress),
+                _ = tick.tick() => report(&mut progress),
             }
         };
 
@@ -245,41 +366,121 @@ impl Waiter {
         // a notification that lands between the check and the wait below
         // still completes `changed()`.
         let mut wake = self.group.subscription.receiver();
+        let mut backoff = Backoff::default();
         loop {
             wake.borrow_and_update();
-            match attempt().await? {
-                Attempt::Granted(grant) => return Ok(Outcome::Granted(grant)),
-                Attempt::Blocked(now_blocked) => {
-                    let before = last.aged(last_at);
-                    let changed = now_blocked.position != before.position
-                        || now_blocked.retry_after_ms.abs_diff(before.retry_after_ms) > 100;
-                    last = now_blocked;
-                    last_at = Instant::now();
+            let before = latest.borrow().blocked_now();
+            let result = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
+                result = bounded(deadline, attempt()) => result,
+            };
+            let recheck = match result {
+                Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
+                Ok(Attempt::Blocked(now_blocked)) => {
+                    backoff = Backoff::default();
+                    latest.send_replace(Latest {
+                        blocked: Some((now_blocked, Instant::now())),
+                        failing: None,
+                    });
+                    let changed = before.is_none_or(|b| {
+                        now_blocked.position != b.position
+                            || now_blocked.retry_after_ms.abs_diff(b.retry_after_ms) > 100
+                    });
                     if changed {
-                        progress(last);
+                        progress(now_blocked);
                     }
+                    // Pub/sub is at-most-once: re-check by ourselves no
+                    // later than the blocker's remaining lease (+1 ms to
+                    // land after expiry).
+                    Duration::from_millis(now_blocked.retry_after_ms.saturating_add(1))
+                        .max(MIN_RECHECK)
                 }
-            }
-            // Pub/sub is at-most-once: re-check by ourselves no later than
-            // the blocker's remaining lease (+1 ms to land after expiry).
-            let recheck = Instant::now()
-                + Duration::from_millis(last.retry_after_ms.saturating_add(1)).max(MIN_RECHECK);
+                Err(e) if e.is_transient() => {
+                    latest.send_modify(|l| l.failing = Some(e));
+                    backoff.next()
+                }
+                Err(e) => return Err(WaitError::Backend(e)),
+            };
+            let recheck = Instant::now() + recheck;
+            seen.mark_unchanged();
             loop {
                 tokio::select! {
                     biased;
-                    _ = shutdown.cancelled() => return Err(ApiError::shutting_down()),
+                    _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
                     // The sender lives as long as our subscription, so
                     // `changed` never reports a closed channel here.
                     _ = wake.changed() => break,
                     _ = sleep_until(recheck.min(deadline)) => {
                         if Instant::now() >= deadline {
-                            return Ok(Outcome::TimedOut(last.aged(last_at)));
+                            return latest.borrow().timed_out();
                         }
                         break;
                     }
-                    _ = tick.tick() => progress(last.aged(last_at)),
+                    _ = tick.tick() => report(&mut progress),
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::backend::Connector;
+
+    fn engine() -> (WaitEngine, Hub) {
+        // Nothing listens on port 1: the hub just keeps retrying, which is
+        // all these tests need (no notification is ever delivered).
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let shutdown = CancellationToken::new();
+        let metrics = Metrics::new();
+        let hub = Hub::start(
+            Connector::Direct(Box::new(client)),
+            "t:*".into(),
+            shutdown.clone(),
+            metrics.clone(),
+            Duration::from_millis(50),
+        );
+        (WaitEngine::new(hub.clone(), 10_000, shutdown, metrics), hub)
+    }
+
+    /// State reads racing the last waiter of an object leaving: the read
+    /// must never be the one that tears the group down under the map's
+    /// lock (that deadlocked or poisoned the map).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn state_reads_racing_departing_waiters_never_hang() {
+        let (engine, _hub) = engine();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for t in 0..2 {
+            let engine = engine.clone();
+            let done = done.clone();
+            threads.push(std::thread::spawn(move || {
+                let channel = format!("t:{t}");
+                let mut seen = 0u64;
+                for _ in 0..200_000 {
+                    if t == 0 {
+                        drop(engine.admit(&channel).unwrap());
+                    }
+                    seen += engine.waiters_on("t:0");
+                }
+                done.store(true, Ordering::Relaxed);
+                seen
+            }));
+        }
+        let watchdog = Instant::now() + Duration::from_secs(60);
+        while !threads.iter().all(|t| t.is_finished()) {
+            assert!(
+                Instant::now() < watchdog,
+                "admit/waiters_on deadlocked (a group was dropped under the map's lock)"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for t in threads {
+            t.join().expect("no thread panicked (no poisoned map)");
+        }
+        assert_eq!(engine.waiters_on("t:0"), 0);
+        assert_eq!(engine.inner.groups.lock().len(), 0, "no group left behind");
     }
 }

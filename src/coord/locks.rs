@@ -4,11 +4,13 @@
 //! - `{prefix}{n}:lock`        hash: holder, count, token, lease; TTL = lease
 //! - `{prefix}{n}:lock:fence`  fencing counter, never expires
 //! - `{prefix}{n}:lock:wake`   pub/sub channel, one message per "became free"
+//! - `{prefix}{n}:lock:undone:<attempt id>`  short-lived marker: that
+//!   attempt was given up, so it must grant nothing should it still arrive
 
 use redis::Value;
 
+use super::{Attempt, AttemptId, Blocked};
 use crate::store::{Store, StoreError, reply_u64, scripts};
-use crate::wait::{Attempt, Blocked};
 
 /// A successful acquisition or renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,11 @@ pub struct LockState {
     pub fencing_token: u64,
 }
 
+/// How long an undo's marker keeps a late copy of its attempt from
+/// granting. Far longer than any reply can be late: a try is bounded by
+/// the Redis response timeout.
+const UNDO_MARKER_MS: &str = "60000";
+
 /// Used when a blocker has no TTL at all (someone PERSISTed our key by
 /// hand): waiters then re-check once a second instead of spinning.
 const NO_TTL_RECHECK_MS: u64 = 1000;
@@ -64,22 +71,32 @@ impl Locks {
         self.store.key(name, "lock:wake")
     }
 
-    /// One try: take the lock, re-enter it, or report what blocks.
+    fn undo_marker_key(&self, name: &str, attempt: &AttemptId) -> String {
+        self.store
+            .key(name, &format!("lock:undone:{}", attempt.as_str()))
+    }
+
+    /// One try: take the lock, re-enter it, or report what blocks. The
+    /// attempt id makes the try safe to repeat and possible to undo.
     pub async fn try_acquire(
         &self,
         name: &str,
         holder: &str,
         lease_ms: u64,
+        attempt: &AttemptId,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let reply: Vec<Value> = self
             .store
-            .write(
+            .write_repeatable(
                 &scripts::LOCK_ACQUIRE,
-                &[&self.lock_key(name), &self.fence_key(name)],
-                &[holder, &lease_ms.to_string()],
+                &[
+                    &self.lock_key(name),
+                    &self.fence_key(name),
+                    &self.undo_marker_key(name, attempt),
+                ],
+                &[holder, &lease_ms.to_string(), attempt.as_str()],
             )
-            .await
-            .map_err(|e| self.undo_on_lagging(e, name, holder))?;
+            .await?;
         match reply.as_slice() {
             [Value::Int(1), token, count, lease] => Ok(Attempt::Granted(LockGrant {
                 fencing_token: reply_u64(token, "token")?,
@@ -89,25 +106,37 @@ impl Locks {
             [Value::Int(0), Value::Int(ttl)] => Ok(Attempt::Blocked(Blocked::after(
                 u64::try_from(*ttl).unwrap_or(NO_TTL_RECHECK_MS),
             ))),
+            // Only possible for an attempt its caller already gave up on.
+            [Value::Int(-1)] => Err(StoreError::timeout()),
             other => Err(StoreError::Unexpected(format!(
                 "lock_acquire returned {other:?}"
             ))),
         }
     }
 
-    /// When `WAIT` says too few replicas have the grant, the grant must not
-    /// outlive the error the client gets: drop the hold we just added.
-    fn undo_on_lagging(&self, err: StoreError, name: &str, holder: &str) -> StoreError {
-        if matches!(err, StoreError::ReplicasLagging { .. }) {
-            let this = self.clone();
-            let (name, holder) = (name.to_string(), holder.to_string());
-            tokio::spawn(async move {
-                if let Err(e) = this.release(&name, &holder, false).await {
-                    tracing::warn!(error = %e, "could not undo a grant the replicas did not acknowledge");
-                }
-            });
-        }
-        err
+    /// Gives back what `attempt` granted, if anything; true when it held
+    /// something. Never touches other holds, even of the same holder id,
+    /// and makes a late copy of the attempt grant nothing.
+    pub async fn undo(
+        &self,
+        name: &str,
+        holder: &str,
+        attempt: &AttemptId,
+    ) -> Result<bool, StoreError> {
+        let undone: i64 = self
+            .store
+            .write_repeatable(
+                &scripts::LOCK_UNDO,
+                &[&self.lock_key(name), &self.undo_marker_key(name, attempt)],
+                &[
+                    holder,
+                    attempt.as_str(),
+                    &self.wake_channel(name),
+                    UNDO_MARKER_MS,
+                ],
+            )
+            .await?;
+        Ok(undone == 1)
     }
 
     /// Renews the holder's lease (`None` keeps the lease it has).
@@ -121,7 +150,7 @@ impl Locks {
         let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self
             .store
-            .write(
+            .write_repeatable(
                 &scripts::LOCK_HEARTBEAT,
                 &[&self.lock_key(name)],
                 &[holder, &lease],

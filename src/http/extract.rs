@@ -175,18 +175,55 @@ impl Millis {
     }
 }
 
-/// True when the client asked for Server-Sent Events.
+/// True when the client asked for Server-Sent Events: its `Accept` header
+/// gives `text/event-stream` a non-zero quality at least as high as JSON's
+/// (`application/json`, `application/*` or `*/*`).
 pub fn wants_sse(headers: &axum::http::HeaderMap) -> bool {
-    headers
+    let (mut sse, mut json) = (0.0f32, 0.0f32);
+    let values = headers
         .get_all(header::ACCEPT)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+        .filter_map(|v| v.to_str().ok());
+    for range in values.flat_map(|v| v.split(',')) {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+            .map_or(Some(1.0), |(_, v)| v.trim().parse::<f32>().ok())
+            .unwrap_or(0.0);
+        match media.as_str() {
+            "text/event-stream" => sse = sse.max(q),
+            "application/json" | "application/*" | "*/*" => json = json.max(q),
+            _ => {}
+        }
+    }
+    sse > 0.0 && sse >= json
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn accept(value: &str) -> bool {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(header::ACCEPT, value.parse().unwrap());
+        wants_sse(&headers)
+    }
+
+    #[test]
+    fn accept_is_parsed_with_quality_values() {
+        assert!(accept("text/event-stream"));
+        assert!(accept("Text/Event-Stream; charset=utf-8"));
+        assert!(accept("application/json, text/event-stream"));
+        assert!(accept("text/event-stream, */*;q=0.1"));
+        assert!(!accept("text/event-stream;q=0"));
+        assert!(!accept("text/event-stream;q=0, application/json"));
+        assert!(!accept("application/json, text/event-stream;q=0.5"));
+        assert!(!accept("*/*"));
+        assert!(!accept("text/event-stream-ish"));
+        assert!(!accept("text/event-stream;q=abc"));
+    }
 
     #[derive(Deserialize, Debug)]
     struct Body {

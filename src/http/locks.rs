@@ -6,9 +6,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::locks::{LockGrant, Locks};
+use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
 use crate::http::extract::{
     ApiJson, ApiPath, ApiQuery, Millis, check_holder, check_holder_in_path, check_name, new_holder,
@@ -16,7 +18,7 @@ use crate::http::extract::{
 };
 use crate::http::longpoll::{self, Acquisition};
 use crate::state::AppState;
-use crate::wait::{Attempt, Blocked};
+use crate::store::StoreError;
 
 pub const TAG: &str = "locks";
 
@@ -188,11 +190,14 @@ impl Acquisition for LockAcquisition {
         self.locks.wake_channel(&self.name)
     }
 
-    async fn attempt(&self) -> Result<Attempt<LockGrant>, ApiError> {
-        Ok(self
-            .locks
-            .try_acquire(&self.name, &self.holder, self.lease_ms)
-            .await?)
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<LockGrant>, StoreError> {
+        self.locks
+            .try_acquire(&self.name, &self.holder, self.lease_ms, attempt)
+            .await
+    }
+
+    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
+        self.locks.undo(&self.name, &self.holder, attempt).await
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
@@ -214,12 +219,6 @@ impl Acquisition for LockAcquisition {
             response.headers_mut().insert(header::LOCATION, value);
         }
         response
-    }
-
-    async fn abandon(&self) {
-        if let Err(e) = self.locks.release(&self.name, &self.holder, false).await {
-            tracing::warn!(error = %e, "could not give back a lock granted to a departed client");
-        }
     }
 }
 
@@ -257,6 +256,7 @@ pub async fn acquire(
     headers: HeaderMap,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
     check_name(&path.name)?;
     let holder = match body.holder {
         Some(holder) => {
@@ -277,6 +277,7 @@ pub async fn acquire(
         &state.engine,
         &state.metrics,
         wants_sse(&headers),
+        arrived,
         wait_ms,
         acquisition,
     )

@@ -1,11 +1,19 @@
-//! Adapters from the wait engine to HTTP (API.md §2): a long-poll answer,
-//! or a Server-Sent Events stream.
+//! The long-poll/SSE adapter: turns the wait engine's outcome into an HTTP
+//! answer — a long-poll response, or a Server-Sent Events stream (see the
+//! README's "Waiting" section and the OpenAPI document).
 //!
 //! Every blocking acquire route describes itself as an [`Acquisition`] and
 //! calls [`respond`]. The first try happens before any response is
 //! committed, so bad input, a full instance (429) or an unreachable Redis
 //! (503) get real status codes even for SSE; only what happens after the
 //! stream opened is reported as an `error` event.
+//!
+//! Give-backs: every try carries a fresh [`AttemptId`]. When a try's
+//! outcome is unknown (its client left while it ran, its reply was lost,
+//! or replicas did not acknowledge it) or its grant cannot be delivered
+//! (the SSE client is gone), the adapter undoes exactly that attempt in the
+//! background, retrying for a bounded time — never another hold of the
+//! same holder id.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,9 +27,14 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::wait::{Attempt, Blocked, Outcome, WaitEngine};
+use crate::store::StoreError;
+use crate::wait::{Outcome, WaitEngine};
+
+/// How long the background give-back of one attempt keeps retrying.
+const GIVE_BACK_FOR: Duration = Duration::from_secs(30);
 
 /// One blocking acquire request of some primitive.
 pub trait Acquisition: Clone + Send + Sync + 'static {
@@ -33,8 +46,15 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
     /// The pub/sub channel that announces "maybe grantable now".
     fn channel(&self) -> String;
 
-    /// One atomic try.
-    fn attempt(&self) -> impl Future<Output = Result<Attempt<Self::Grant>, ApiError>> + Send;
+    /// One atomic try, recorded under `attempt` if it grants.
+    fn attempt(
+        &self,
+        attempt: &AttemptId,
+    ) -> impl Future<Output = Result<Attempt<Self::Grant>, StoreError>> + Send;
+
+    /// Gives back what `attempt` granted, if anything (a no-op otherwise,
+    /// and it keeps a late copy of the attempt from granting).
+    fn undo(&self, attempt: &AttemptId) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The "not acquired" problem for this blocker (e.g. 409 `lock-held`).
     fn blocked(&self, blocked: Blocked) -> ApiError;
@@ -44,31 +64,28 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
 
     /// The 201 response for a grant (with `Location`).
     fn granted(&self, grant: Self::Grant) -> Response;
-
-    /// Gives back one grant made for a client that is gone (or may have
-    /// been made: it is also called when the client left mid-attempt, in
-    /// which case "not held" is the expected, harmless answer).
-    fn abandon(&self) -> impl Future<Output = ()> + Send;
 }
 
-/// Handles an acquire: try once, then long-poll or stream until `wait_ms`.
+/// A grant and the attempt that made it.
+type Made<G> = (AttemptId, G);
+
+/// Handles an acquire that arrived at `arrived`: try, then long-poll or
+/// stream until `wait_ms` after arrival.
 pub async fn respond<A: Acquisition>(
     engine: &WaitEngine,
     metrics: &Metrics,
     sse: bool,
+    arrived: Instant,
     wait_ms: u64,
     acquisition: A,
 ) -> Result<Response, ApiError> {
     let primitive = acquisition.primitive();
-    let first = match acquisition.attempt().await {
-        Ok(first) => first,
-        Err(e) => {
-            metrics.acquisition(primitive, "error");
-            return Err(e);
-        }
-    };
+    let deadline = arrived + Duration::from_millis(wait_ms);
+    let first = engine
+        .first_try(deadline, wait_ms > 0, guarded_try(&acquisition))
+        .await;
     let blocked = match first {
-        Attempt::Granted(grant) => {
+        Ok(Attempt::Granted((_, grant))) => {
             metrics.acquisition(primitive, "acquired");
             if sse {
                 let event = event("acquired", &acquisition.grant_json(&grant));
@@ -76,9 +93,13 @@ pub async fn respond<A: Acquisition>(
             }
             return Ok(acquisition.granted(grant));
         }
-        Attempt::Blocked(blocked) => blocked,
+        Ok(Attempt::Blocked(blocked)) => blocked,
+        Err(e) => {
+            metrics.acquisition(primitive, "error");
+            return Err(e.into());
+        }
     };
-    if wait_ms == 0 {
+    if wait_ms == 0 || Instant::now() >= deadline {
         metrics.acquisition(primitive, "busy");
         let problem = acquisition.blocked(blocked);
         if sse {
@@ -91,7 +112,6 @@ pub async fn respond<A: Acquisition>(
     let waiter = engine.admit(&acquisition.channel()).inspect_err(|_| {
         metrics.acquisition(primitive, "error");
     })?;
-    let deadline = Instant::now() + Duration::from_millis(wait_ms);
 
     if !sse {
         // hyper drops this future when the client goes away; the guard
@@ -102,11 +122,11 @@ pub async fn respond<A: Acquisition>(
             armed: true,
         };
         let outcome = waiter
-            .wait(deadline, blocked, || guarded_attempt(&acquisition), |_| {})
+            .wait(deadline, blocked, || guarded_try(&acquisition), |_| {})
             .await;
         left.disarm();
         return match outcome {
-            Ok(Outcome::Granted(grant)) => {
+            Ok(Outcome::Granted((_, grant))) => {
                 metrics.acquisition(primitive, "acquired");
                 Ok(acquisition.granted(grant))
             }
@@ -116,7 +136,7 @@ pub async fn respond<A: Acquisition>(
             }
             Err(e) => {
                 metrics.acquisition(primitive, "error");
-                Err(e)
+                Err(e.into())
             }
         };
     }
@@ -132,7 +152,7 @@ pub async fn respond<A: Acquisition>(
         let wait = waiter.wait(
             deadline,
             blocked,
-            || guarded_attempt(&acquisition),
+            || guarded_try(&acquisition),
             move |b| {
                 // A full buffer means the client reads slowly; dropping a
                 // progress event is fine, the next one supersedes it.
@@ -147,12 +167,12 @@ pub async fn respond<A: Acquisition>(
             outcome = wait => outcome,
         };
         let final_event = match outcome {
-            Ok(Outcome::Granted(grant)) => {
+            Ok(Outcome::Granted((attempt, grant))) => {
                 let event = event("acquired", &acquisition.grant_json(&grant));
                 if tx.send(event).await.is_err() {
                     // Granted, but the client left: give it back.
                     metrics.acquisition(primitive, "abandoned");
-                    acquisition.abandon().await;
+                    give_back(acquisition, attempt);
                 } else {
                     metrics.acquisition(primitive, "acquired");
                 }
@@ -164,7 +184,7 @@ pub async fn respond<A: Acquisition>(
             }
             Err(e) => {
                 metrics.acquisition(primitive, "error");
-                event("error", &e.to_json())
+                event("error", &ApiError::from(e).to_json())
             }
         };
         let _ = tx.send(final_event).await;
@@ -175,16 +195,65 @@ pub async fn respond<A: Acquisition>(
     )))
 }
 
-/// One try made while waiting. If the client disconnects while the script
-/// is in flight, the future is dropped and we can't know whether Redis
-/// granted: the guard then gives the (possible) grant back.
-async fn guarded_attempt<A: Acquisition>(acquisition: &A) -> Result<Attempt<A::Grant>, ApiError> {
-    let mut guard = AbandonGuard {
-        acquisition: Some(acquisition.clone()),
+/// One try under a fresh attempt id. If its outcome is unknown — the
+/// future is dropped mid-flight (client gone, deadline), the reply was lost,
+/// or replicas did not acknowledge — the guard gives back whatever the
+/// attempt may have granted.
+async fn guarded_try<A: Acquisition>(
+    acquisition: &A,
+) -> Result<Attempt<Made<A::Grant>>, StoreError> {
+    let attempt = AttemptId::new();
+    let mut guard = UndoGuard {
+        pending: Some((acquisition.clone(), attempt.clone())),
     };
-    let result = acquisition.attempt().await;
-    guard.acquisition = None;
-    result
+    let result = acquisition.attempt(&attempt).await;
+    if !result.as_ref().is_err_and(StoreError::outcome_unknown) {
+        guard.pending = None;
+    }
+    result.map(|tried| match tried {
+        Attempt::Granted(grant) => Attempt::Granted((attempt, grant)),
+        Attempt::Blocked(blocked) => Attempt::Blocked(blocked),
+    })
+}
+
+struct UndoGuard<A: Acquisition> {
+    pending: Option<(A, AttemptId)>,
+}
+
+impl<A: Acquisition> Drop for UndoGuard<A> {
+    fn drop(&mut self) {
+        if let Some((acquisition, attempt)) = self.pending.take() {
+            give_back(acquisition, attempt);
+        }
+    }
+}
+
+/// Undoes `attempt` in the background, retrying transient failures with
+/// capped backoff for [`GIVE_BACK_FOR`]. If it never succeeds, the grant
+/// (if there was one) ends with its lease; that is logged, without ids.
+fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
+    tokio::spawn(async move {
+        let until = Instant::now() + GIVE_BACK_FOR;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match acquisition.undo(&attempt).await {
+                Ok(_) => return,
+                Err(e) if e.is_transient() && Instant::now() + delay < until => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        primitive = acquisition.primitive(),
+                        error = %e,
+                        "could not give back a grant whose client is gone or was told it failed; \
+                         it ends with its lease"
+                    );
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// Counts a long-poll whose client left before it was answered.
@@ -204,18 +273,6 @@ impl Drop for CountIfLeft<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.metrics.acquisition(self.primitive, "abandoned");
-        }
-    }
-}
-
-struct AbandonGuard<A: Acquisition> {
-    acquisition: Option<A>,
-}
-
-impl<A: Acquisition> Drop for AbandonGuard<A> {
-    fn drop(&mut self) {
-        if let Some(acquisition) = self.acquisition.take() {
-            tokio::spawn(async move { acquisition.abandon().await });
         }
     }
 }

@@ -21,6 +21,9 @@ use crate::config::CorsOrigins;
 use crate::state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// Sent by clients that retry non-idempotent requests safely (browsers
+/// must be allowed to send it and to read it back).
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Every route with its OpenAPI operation.
 pub(super) fn routes() -> OpenApiRouter<AppState> {
@@ -87,7 +90,12 @@ pub fn router(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));
 
-    let exposed = [header::LOCATION, header::RETRY_AFTER, REQUEST_ID];
+    let exposed = [
+        header::LOCATION,
+        header::RETRY_AFTER,
+        REQUEST_ID,
+        IDEMPOTENCY_KEY,
+    ];
     let cors = match &config.cors_origins {
         CorsOrigins::Disabled => None,
         CorsOrigins::Any => Some(CorsLayer::new().allow_origin(Any)),
@@ -98,7 +106,12 @@ pub fn router(state: AppState) -> Router {
     if let Some(cors) = cors {
         app = app.layer(
             cors.allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
-                .allow_headers([header::CONTENT_TYPE, header::ACCEPT, REQUEST_ID])
+                .allow_headers([
+                    header::CONTENT_TYPE,
+                    header::ACCEPT,
+                    REQUEST_ID,
+                    IDEMPOTENCY_KEY,
+                ])
                 .expose_headers(exposed),
         );
     }

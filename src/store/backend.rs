@@ -1,28 +1,35 @@
 //! Standalone, Sentinel and Cluster deployments behind one type, so the
 //! rest of the store does not care which one it talks to.
 //!
-//! - **Standalone**: a pool of multiplexed connections to one server.
-//! - **Sentinel**: the same pool, but every new connection first asks the
-//!   Sentinels for the current master. A connection that sees an I/O error,
-//!   a timeout or a `READONLY` reply (its server was demoted in a failover)
-//!   is discarded, so the next request connects to the new master.
-//! - **Cluster**: the redis crate's cluster connection, which is multiplexed,
-//!   routes each script by its keys' slot (all keys of one object share a
-//!   hash tag) and follows topology changes by itself; it is shared by all
-//!   requests rather than pooled.
+//! - **Standalone / Sentinel**: a few long-lived multiplexed connections
+//!   ([`Shared`]) that every request uses; concurrent commands are
+//!   pipelined on them. A connection that sees an I/O error, a timeout or a
+//!   `READONLY` reply (its server was demoted in a failover) is discarded,
+//!   and the next call on its slot connects again — in Sentinel mode to
+//!   the master the Sentinels name at that moment. Writes that must wait
+//!   for replicas (`WAIT` blocks the connection it runs on) use a pool of
+//!   dedicated connections instead ([`super::pool`]).
+//! - **Cluster**: the redis crate's cluster connection, which is
+//!   multiplexed, routes each script by its keys' slot (all keys of one
+//!   object share a hash tag) and follows topology changes by itself.
 //!
-//! [`Connector`] answers "a client for the server to use now", for the pool
-//! and for the pub/sub hub's dedicated connection.
+//! No lock is ever held across network I/O: a connection is made outside
+//! any lock and then stored (if two calls race to connect, one connection
+//! is kept and the other dropped).
+//!
+//! [`Connector`] answers "a client for the server to use now", for new
+//! connections and for the pub/sub hub's dedicated connection.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
+use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{IntoConnectionInfo, RedisError, RedisResult};
+use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError, RedisResult};
 
 use super::pool::{self, ConnPool, RedisManager};
 use crate::config::{RedisMode, redact};
@@ -33,7 +40,7 @@ pub enum Connector {
     /// One fixed server.
     Direct(Box<redis::Client>),
     /// The master the Sentinels name at the time of connecting.
-    Sentinel(Arc<tokio::sync::Mutex<SentinelClient>>),
+    Sentinel(Arc<SentinelTarget>),
     /// Any node of a cluster (classic pub/sub messages reach every node);
     /// rotates through the seeds so a dead node is skipped on reconnect.
     AnyNode {
@@ -42,11 +49,28 @@ pub enum Connector {
     },
 }
 
+/// What it takes to ask the Sentinels for the master. A fresh
+/// `SentinelClient` is built per lookup (that is cheap and needs no I/O),
+/// so concurrent lookups never queue behind one another or a dead Sentinel.
+pub struct SentinelTarget {
+    urls: Vec<String>,
+    master: String,
+    node: SentinelNodeConnectionInfo,
+}
+
 impl Connector {
     pub async fn client(&self) -> RedisResult<redis::Client> {
         match self {
             Connector::Direct(client) => Ok((**client).clone()),
-            Connector::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
+            Connector::Sentinel(target) => {
+                let mut sentinel = SentinelClient::build(
+                    target.urls.iter().map(String::as_str).collect(),
+                    target.master.clone(),
+                    Some(target.node.clone()),
+                    SentinelServerType::Master,
+                )?;
+                sentinel.async_get_client().await
+            }
             Connector::AnyNode { clients, next } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % clients.len();
                 Ok(clients[i].clone())
@@ -55,16 +79,156 @@ impl Connector {
     }
 }
 
+/// A fixed number of shared multiplexed connections, made on first use
+/// and replaced after a failure. A call takes the next connected slot in
+/// round-robin order; an empty slot is filled in the background while its
+/// neighbours serve, so only the very first call (or a call after every
+/// connection died) waits for a connect.
+pub struct Shared {
+    inner: Arc<SharedInner>,
+}
+
+struct SharedInner {
+    slots: Vec<SlotState>,
+    /// Round-robin cursor over `slots`.
+    next: AtomicUsize,
+    /// Numbers connections, so a stale failure never discards a newer one.
+    generation: AtomicU64,
+    connector: Connector,
+    config: AsyncConnectionConfig,
+    connect_timeout: Duration,
+}
+
+#[derive(Default)]
+struct SlotState {
+    conn: Mutex<Option<(u64, MultiplexedConnection)>>,
+    /// A background connect for this slot is under way.
+    filling: AtomicBool,
+}
+
+/// Which shared connection a call used (to discard it after a failure).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotRef {
+    slot: usize,
+    generation: u64,
+}
+
+impl Shared {
+    fn new(connector: Connector, size: usize, connect: Duration, response: Duration) -> Self {
+        Shared {
+            inner: Arc::new(SharedInner {
+                slots: (0..size.max(1)).map(|_| SlotState::default()).collect(),
+                next: AtomicUsize::new(0),
+                generation: AtomicU64::new(0),
+                connector,
+                config: AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connect))
+                    .set_response_timeout(Some(response)),
+                connect_timeout: connect,
+            }),
+        }
+    }
+
+    /// A connection to use. With `replacing`, the connection a failed call
+    /// used is dropped and its slot connected again (a retry after a
+    /// failure that may have come from a dead connection).
+    async fn get(
+        &self,
+        replacing: Option<SlotRef>,
+    ) -> Result<(SlotRef, MultiplexedConnection), String> {
+        let inner = &self.inner;
+        if let Some(used) = replacing {
+            inner.discard(used);
+            return inner.connect(used.slot).await;
+        }
+        let n = inner.slots.len();
+        let first = inner.next.fetch_add(1, Ordering::Relaxed) % n;
+        for i in (0..n).map(|k| (first + k) % n) {
+            if let Some(found) = inner.current(i) {
+                if i != first {
+                    self.fill_in_background(first);
+                }
+                return Ok(found);
+            }
+        }
+        inner.connect(first).await
+    }
+
+    fn fill_in_background(&self, slot: usize) {
+        if self.inner.slots[slot].filling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let _ = inner.connect(slot).await;
+            inner.slots[slot].filling.store(false, Ordering::Release);
+        });
+    }
+
+    /// Forgets the connection `used` refers to, unless it was replaced.
+    fn discard(&self, used: SlotRef) {
+        self.inner.discard(used);
+    }
+}
+
+impl SharedInner {
+    fn current(&self, slot: usize) -> Option<(SlotRef, MultiplexedConnection)> {
+        let stored = self.slots[slot].conn.lock();
+        let (generation, conn) = stored.as_ref()?;
+        Some((
+            SlotRef {
+                slot,
+                generation: *generation,
+            },
+            conn.clone(),
+        ))
+    }
+
+    /// Connects (no lock held meanwhile) and stores the connection in
+    /// `slot`, unless another call filled it first; returns what the slot
+    /// holds then.
+    async fn connect(&self, slot: usize) -> Result<(SlotRef, MultiplexedConnection), String> {
+        let connect = async {
+            self.connector
+                .client()
+                .await?
+                .get_multiplexed_async_connection_with_config(&self.config)
+                .await
+        };
+        let conn = tokio::time::timeout(self.connect_timeout * 2, connect)
+            .await
+            .map_err(|_| "timed out connecting to Redis".to_string())?
+            .map_err(|e: RedisError| e.to_string())?;
+        let mut stored = self.slots[slot].conn.lock();
+        let (generation, conn) = stored
+            .get_or_insert_with(|| (self.generation.fetch_add(1, Ordering::Relaxed), conn))
+            .clone();
+        Ok((SlotRef { slot, generation }, conn))
+    }
+
+    fn discard(&self, used: SlotRef) {
+        let mut stored = self.slots[used.slot].conn.lock();
+        if stored.as_ref().is_some_and(|(g, _)| *g == used.generation) {
+            *stored = None;
+        }
+    }
+}
+
 /// The request-serving side of a deployment.
 pub enum Backend {
-    Pooled(ConnPool),
+    Single {
+        shared: Shared,
+        /// Dedicated connections for writes followed by `WAIT`
+        /// (only built when `min_replicas > 0`).
+        dedicated: Option<ConnPool>,
+    },
     Cluster(Box<ClusterBackend>),
 }
 
 pub struct ClusterBackend {
     client: ClusterClient,
-    /// Created on first use (Redis may be down at start) and shared.
-    conn: tokio::sync::Mutex<Option<ClusterConnection>>,
+    /// Made on first use (Redis may be down at start) and shared.
+    conn: Mutex<Option<ClusterConnection>>,
     connect_timeout: Duration,
 }
 
@@ -73,21 +237,21 @@ pub struct Target<'a> {
     pub mode: RedisMode,
     pub urls: &'a [String],
     pub sentinel_master: &'a str,
-    pub pool_size: usize,
+    pub connections: usize,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// Build the dedicated pool for `WAIT` writes.
+    pub dedicated_writes: bool,
 }
 
 /// Builds the request backend and the connector for pub/sub.
 pub fn open(target: &Target<'_>) -> Result<(Backend, Connector), String> {
     let invalid = |url: &str, e: RedisError| format!("invalid Redis URL {}: {e}", redact(url));
-    match target.mode {
+    let connector = match target.mode {
         RedisMode::Standalone => {
             let url = target.urls.first().ok_or("no Redis URL")?;
             let client = redis::Client::open(url.as_str()).map_err(|e| invalid(url, e))?;
-            let connector = Connector::Direct(Box::new(client));
-            let pool = pooled(connector.clone(), target)?;
-            Ok((Backend::Pooled(pool), connector))
+            Connector::Direct(Box::new(client))
         }
         RedisMode::Sentinel => {
             let first = target.urls.first().ok_or("no Sentinel URL")?;
@@ -103,16 +267,20 @@ pub fn open(target: &Target<'_>) -> Result<(Backend, Connector), String> {
             } else {
                 node
             };
-            let sentinel = SentinelClient::build(
+            let target = SentinelTarget {
+                urls: target.urls.to_vec(),
+                master: target.sentinel_master.to_string(),
+                node,
+            };
+            // Validate the URLs and master name once, at start.
+            SentinelClient::build(
                 target.urls.iter().map(String::as_str).collect(),
-                target.sentinel_master,
-                Some(node),
+                target.master.clone(),
+                Some(target.node.clone()),
                 SentinelServerType::Master,
             )
             .map_err(|e| format!("invalid Sentinel configuration: {e}"))?;
-            let connector = Connector::Sentinel(Arc::new(tokio::sync::Mutex::new(sentinel)));
-            let pool = pooled(connector.clone(), target)?;
-            Ok((Backend::Pooled(pool), connector))
+            Connector::Sentinel(Arc::new(target))
         }
         RedisMode::Cluster => {
             let client = ClusterClient::builder(target.urls.iter().map(String::as_str))
@@ -131,66 +299,96 @@ pub fn open(target: &Target<'_>) -> Result<(Backend, Connector), String> {
             };
             let backend = Backend::Cluster(Box::new(ClusterBackend {
                 client,
-                conn: tokio::sync::Mutex::new(None),
+                conn: Mutex::new(None),
                 connect_timeout: target.connect_timeout,
             }));
-            Ok((backend, connector))
+            return Ok((backend, connector));
         }
-    }
-}
-
-fn pooled(connector: Connector, target: &Target<'_>) -> Result<ConnPool, String> {
-    let manager = RedisManager::new(connector, target.connect_timeout, target.response_timeout);
-    pool::build(manager, target.pool_size, target.connect_timeout)
+    };
+    let dedicated = if target.dedicated_writes {
+        let manager = RedisManager::new(
+            connector.clone(),
+            target.connect_timeout,
+            target.response_timeout,
+        );
+        Some(pool::build(
+            manager,
+            target.connections,
+            target.connect_timeout,
+        )?)
+    } else {
+        None
+    };
+    let shared = Shared::new(
+        connector.clone(),
+        target.connections,
+        target.connect_timeout,
+        target.response_timeout,
+    );
+    Ok((Backend::Single { shared, dedicated }, connector))
 }
 
 /// A connection checked out for one call.
 pub enum Conn {
-    Pooled(pool::Conn),
+    Shared(SlotRef, MultiplexedConnection),
+    Dedicated(pool::Conn),
     Cluster(ClusterConnection),
 }
 
-impl Conn {
-    /// Never hand this connection out again (pooled only; the cluster
-    /// connection repairs itself).
-    pub fn mark_broken(&mut self) {
-        if let Conn::Pooled(conn) = self {
-            conn.mark_broken();
+impl Backend {
+    /// A connection for one call. `dedicated` asks for one that no other
+    /// call uses meanwhile (for `WAIT`); `fresh` replaces the connection a
+    /// failed call used before handing it out again.
+    pub async fn get(&self, dedicated: bool, fresh: Option<&Conn>) -> Result<Conn, String> {
+        match self {
+            Backend::Single {
+                dedicated: Some(pool),
+                ..
+            } if dedicated => pool
+                .get()
+                .await
+                .map(Conn::Dedicated)
+                .map_err(|e| e.to_string()),
+            Backend::Single { shared, .. } => {
+                let used = match fresh {
+                    Some(Conn::Shared(used, _)) => Some(*used),
+                    _ => None,
+                };
+                let (slot, conn) = shared.get(used).await?;
+                Ok(Conn::Shared(slot, conn))
+            }
+            Backend::Cluster(cluster) => cluster.get().await.map(Conn::Cluster),
+        }
+    }
+
+    /// Never hand this connection out again (the cluster connection
+    /// repairs itself).
+    pub fn discard(&self, conn: &mut Conn) {
+        match (self, conn) {
+            (Backend::Single { shared, .. }, Conn::Shared(used, _)) => shared.discard(*used),
+            (_, Conn::Dedicated(conn)) => conn.mark_broken(),
+            _ => {}
         }
     }
 }
 
-impl Backend {
-    pub async fn get(&self) -> Result<Conn, String> {
-        match self {
-            Backend::Pooled(pool) => pool
-                .get()
-                .await
-                .map(Conn::Pooled)
-                .map_err(|e| e.to_string()),
-            Backend::Cluster(cluster) => {
-                let ClusterBackend {
-                    client,
-                    conn,
-                    connect_timeout,
-                } = &**cluster;
-                let mut cached = conn.lock().await;
-                if let Some(conn) = cached.as_ref() {
-                    return Ok(Conn::Cluster(conn.clone()));
-                }
-                // Topology discovery talks to several nodes: allow a few
-                // connect timeouts' worth.
-                let created = tokio::time::timeout(
-                    *connect_timeout * 3,
-                    Box::pin(client.get_async_connection()),
-                )
-                .await
-                .map_err(|_| "timed out connecting to the cluster".to_string())?
-                .map_err(|e| e.to_string())?;
-                *cached = Some(created.clone());
-                Ok(Conn::Cluster(created))
-            }
+impl ClusterBackend {
+    async fn get(&self) -> Result<ClusterConnection, String> {
+        if let Some(conn) = self.conn.lock().as_ref() {
+            return Ok(conn.clone());
         }
+        // Topology discovery talks to several nodes: allow a few connect
+        // timeouts' worth. Boxed: the creation future is deep enough to
+        // overflow rustc's layout query limit in release builds when nested
+        // in our async fns.
+        let created = tokio::time::timeout(
+            self.connect_timeout * 3,
+            Box::pin(self.client.get_async_connection()),
+        )
+        .await
+        .map_err(|_| "timed out connecting to the cluster".to_string())?
+        .map_err(|e| e.to_string())?;
+        Ok(self.conn.lock().get_or_insert(created).clone())
     }
 }
 
@@ -200,7 +398,8 @@ impl ConnectionLike for Conn {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
-            Conn::Pooled(conn) => (***conn).req_packed_command(cmd),
+            Conn::Shared(_, conn) => conn.req_packed_command(cmd),
+            Conn::Dedicated(conn) => (***conn).req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -212,14 +411,16 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
-            Conn::Pooled(conn) => (***conn).req_packed_commands(cmd, offset, count),
+            Conn::Shared(_, conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Dedicated(conn) => (***conn).req_packed_commands(cmd, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Pooled(conn) => (***conn).get_db(),
+            Conn::Shared(_, conn) => conn.get_db(),
+            Conn::Dedicated(conn) => (***conn).get_db(),
             Conn::Cluster(conn) => conn.get_db(),
         }
     }

@@ -7,7 +7,8 @@
 //!
 //! Key layout: `{prefix}{<name>}:<part>`. Every key and channel of one
 //! object shares the hash tag `{<name>}`, so each script touches a single
-//! Redis Cluster slot. Names never contain braces (API.md §1).
+//! Redis Cluster slot. Names never contain braces (see the README's
+//! naming rules).
 
 pub mod backend;
 pub mod pool;
@@ -17,6 +18,7 @@ pub mod scripts;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use redis::{FromRedisValue, Value};
 
 use crate::config::{Config, RedisMode};
@@ -24,22 +26,130 @@ use crate::metrics::Metrics;
 use backend::{Backend, Conn, Connector};
 pub use scripts::Script;
 
-/// Why a Redis call failed, as the HTTP layer needs to know it.
+/// Why a Redis call failed, as the HTTP layer needs to know it. Every
+/// variant is a backend condition (503), never an internal error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreError {
-    /// Redis could not be reached or did not answer in time (503).
-    Unavailable(String),
+    /// Redis can't serve right now: unreachable, too slow, or refusing
+    /// (out of memory, loading, read-only replica, ...). `detail` is for
+    /// the log only.
+    Unavailable {
+        condition: Condition,
+        detail: String,
+    },
     /// The write happened, but fewer than `min_replicas` acknowledged it.
     ReplicasLagging { acked: u32, wanted: u32 },
-    /// Redis answered something no script returns (a bug, or someone else
-    /// wrote our keys with another type): 500, logged.
+    /// Redis answered something no script returns (someone else wrote our
+    /// keys with another type, or a bug). Retrying does not help.
     Unexpected(String),
+}
+
+/// The backend conditions a client is told about, in plain words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    Unreachable,
+    Timeout,
+    OutOfMemory,
+    Busy,
+    Misconfigured,
+    Unauthorized,
+    Loading,
+    ReadOnly,
+    MasterDown,
+    ClusterDown,
+    NoReplicas,
+    Rejected,
+}
+
+impl Condition {
+    /// What the client is told (no internals).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Condition::Unreachable => "Redis cannot be reached",
+            Condition::Timeout => "Redis did not answer in time",
+            Condition::OutOfMemory => {
+                "Redis is out of memory (maxmemory reached) and refuses writes"
+            }
+            Condition::Busy => "Redis is busy running a long script",
+            Condition::Misconfigured => "Redis refuses writes because it cannot persist its data",
+            Condition::Unauthorized => "Redis rejected the service's credentials or permissions",
+            Condition::Loading => "Redis is loading its dataset",
+            Condition::ReadOnly => {
+                "the Redis server is a read-only replica (a failover may be under way)"
+            }
+            Condition::MasterDown => "the Redis replica has lost its master",
+            Condition::ClusterDown => "the Redis Cluster is down or resharding",
+            Condition::NoReplicas => "not enough Redis replicas are connected",
+            Condition::Rejected => "Redis rejected a command",
+        }
+    }
+
+    /// From the error code of a Redis error reply.
+    fn from_code(code: &str) -> Self {
+        match code {
+            "OOM" => Condition::OutOfMemory,
+            "BUSY" => Condition::Busy,
+            "MISCONF" => Condition::Misconfigured,
+            "NOAUTH" | "WRONGPASS" | "NOPERM" => Condition::Unauthorized,
+            "LOADING" => Condition::Loading,
+            "READONLY" => Condition::ReadOnly,
+            "MASTERDOWN" => Condition::MasterDown,
+            "TRYAGAIN" | "CLUSTERDOWN" => Condition::ClusterDown,
+            "NOREPLICAS" => Condition::NoReplicas,
+            _ => Condition::Rejected,
+        }
+    }
+
+    /// Metrics label.
+    fn kind(self) -> &'static str {
+        match self {
+            Condition::Unreachable => "io",
+            Condition::Timeout => "timeout",
+            Condition::Rejected => "server",
+            _ => "unavailable",
+        }
+    }
+}
+
+impl StoreError {
+    /// A call that did not get its answer in time.
+    pub fn timeout() -> Self {
+        StoreError::Unavailable {
+            condition: Condition::Timeout,
+            detail: "no answer within the time left".into(),
+        }
+    }
+
+    /// Whether trying again later can succeed (waits retry these).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Unavailable { condition, .. } => {
+                !matches!(condition, Condition::Unauthorized | Condition::Rejected)
+            }
+            StoreError::ReplicasLagging { .. } => true,
+            StoreError::Unexpected(_) => false,
+        }
+    }
+
+    /// Whether the command may have run on Redis although the caller got
+    /// no answer (a grant made this way must be given back).
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            StoreError::Unavailable { condition, .. } => {
+                matches!(condition, Condition::Unreachable | Condition::Timeout)
+            }
+            StoreError::ReplicasLagging { .. } => true,
+            StoreError::Unexpected(_) => false,
+        }
+    }
 }
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreError::Unavailable(s) => write!(f, "redis unavailable: {s}"),
+            StoreError::Unavailable { condition, detail } => {
+                write!(f, "{}: {detail}", condition.describe())
+            }
             StoreError::ReplicasLagging { acked, wanted } => {
                 write!(
                     f,
@@ -52,6 +162,26 @@ impl std::fmt::Display for StoreError {
 }
 
 impl std::error::Error for StoreError {}
+
+/// The failure of one command, with what the store needs to decide about
+/// the connection it ran on.
+fn condition_of(err: &redis::RedisError) -> Condition {
+    if err.is_timeout() {
+        return Condition::Timeout;
+    }
+    if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
+        return Condition::Unreachable;
+    }
+    if let Some(code) = err.code() {
+        return Condition::from_code(code);
+    }
+    // Errors raised inside a script may carry the code further in.
+    let text = err.to_string();
+    ["OOM", "BUSY", "MISCONF", "NOPERM", "READONLY", "LOADING"]
+        .into_iter()
+        .find(|code| text.contains(&format!("{code} ")))
+        .map_or(Condition::Rejected, Condition::from_code)
+}
 
 /// Settings the store needs, taken from [`Config`].
 #[derive(Debug, Clone)]
@@ -82,22 +212,38 @@ impl StoreConfig {
     }
 }
 
-/// Cheap to clone handle on the pool, scripts and pub/sub hub.
+/// Cheap to clone: one `Arc` inside.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
 }
 
 struct Inner {
+    /// Connections for requests (shared multiplexed, dedicated, or cluster).
     backend: Backend,
+    /// Where the pub/sub hub's own connection goes.
     connector: Connector,
+    /// Prefix of every key and channel.
     prefix: String,
+    /// Error counters and script latency.
     metrics: Metrics,
     /// Replicas that must acknowledge each write (`WAIT`), 0 = don't wait.
     min_replicas: u32,
     /// `WAIT` timeout: half the response timeout, so the WAIT reply itself
     /// arrives before the connection's response timeout fires.
     wait_timeout_ms: u64,
+}
+
+/// How a call may be repeated when its connection fails under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// A read: repeat once on a fresh connection.
+    Read,
+    /// A state change that is safe to run twice (its attempt id makes the
+    /// second run return the first one's result): repeat once.
+    Repeatable,
+    /// A state change that must run at most once (release).
+    Once,
 }
 
 impl std::fmt::Debug for Store {
@@ -109,17 +255,19 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Builds the pool and tries to load every script. Redis being down at
-    /// start is not fatal: requests answer 503 and `/readyz` says not ready
-    /// until it comes back; scripts are then loaded on first use (NOSCRIPT).
+    /// Prepares the connections and tries to load every script. Redis
+    /// being down at start is not fatal: requests answer 503 and `/readyz`
+    /// says not ready until it comes back; scripts are then loaded on first
+    /// use (NOSCRIPT).
     pub async fn open(cfg: &StoreConfig, metrics: Metrics) -> Result<Store, String> {
         let (backend, connector) = backend::open(&backend::Target {
             mode: cfg.mode,
             urls: &cfg.urls,
             sentinel_master: &cfg.sentinel_master,
-            pool_size: cfg.pool_size,
+            connections: cfg.pool_size,
             connect_timeout: cfg.connect_timeout,
             response_timeout: cfg.response_timeout,
+            dedicated_writes: cfg.min_replicas > 0,
         })?;
         let store = Store {
             inner: Arc::new(Inner {
@@ -152,71 +300,82 @@ impl Store {
         format!("{}*", self.inner.prefix)
     }
 
-    async fn conn(&self) -> Result<Conn, StoreError> {
-        // Boxed: the cluster connection's creation future is deep enough
-        // to overflow rustc's layout query limit in release builds when
-        // nested in our async fns.
-        Box::pin(self.inner.backend.get()).await.map_err(|e| {
-            self.inner
-                .metrics
-                .redis_errors
-                .with_label_values(&["pool"])
-                .inc();
-            StoreError::Unavailable(e)
+    async fn conn(&self, dedicated: bool, replacing: Option<&Conn>) -> Result<Conn, StoreError> {
+        // Type-erased: the connection futures (cluster discovery, Sentinel
+        // lookups) are deep enough to overflow rustc's trait and layout
+        // queries when nested in every handler's future.
+        let get: BoxFuture<'_, Result<Conn, String>> =
+            Box::pin(self.inner.backend.get(dedicated, replacing));
+        get.await.map_err(|detail| {
+            self.count_error("pool");
+            StoreError::Unavailable {
+                condition: Condition::Unreachable,
+                detail,
+            }
         })
     }
 
-    fn classify(&self, conn: &mut Conn, err: redis::RedisError) -> StoreError {
-        // Replies that mean "this server can't take writes right now":
-        // a demoted master after failover, a loading or split cluster.
-        let unavailable_reply = matches!(
-            err.code(),
-            Some("READONLY" | "MASTERDOWN" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "NOREPLICAS")
-        );
-        let kind = if err.is_timeout() {
-            "timeout"
-        } else if err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error() {
-            "io"
-        } else if unavailable_reply {
-            "unavailable"
-        } else {
-            "server"
-        };
+    fn count_error(&self, kind: &str) {
         self.inner
             .metrics
             .redis_errors
             .with_label_values(&[kind])
             .inc();
-        if kind == "server" {
-            StoreError::Unexpected(err.to_string())
-        } else {
-            // The connection may be half-broken: never hand it out again.
-            conn.mark_broken();
-            StoreError::Unavailable(err.to_string())
+    }
+
+    /// Turns a command's failure into a [`StoreError`], and stops using a
+    /// connection that may be half-broken (I/O error, timeout) or points at
+    /// a demoted master.
+    fn fail(&self, conn: &mut Conn, err: redis::RedisError) -> StoreError {
+        let condition = condition_of(&err);
+        self.count_error(condition.kind());
+        if matches!(
+            condition,
+            Condition::Unreachable | Condition::Timeout | Condition::ReadOnly
+        ) {
+            self.inner.backend.discard(conn);
+        }
+        StoreError::Unavailable {
+            condition,
+            detail: err.to_string(),
         }
     }
 
     /// Runs one read-only script by EVALSHA (loading it on NOSCRIPT) and
-    /// decodes its reply.
+    /// decodes its reply. Repeated once on a fresh connection if the one it
+    /// used turns out to be dead.
     pub async fn run<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T, StoreError> {
-        self.call(script, keys, args, false).await
+        self.call(script, keys, args, Call::Read).await
     }
 
-    /// Like [`Store::run`] for a script that changes state: with
-    /// `min_replicas > 0` it then waits (`WAIT`) for that many replicas to
-    /// acknowledge, and reports [`StoreError::ReplicasLagging`] otherwise.
+    /// Like [`Store::run`] for a script that changes state and must run at
+    /// most once: with `min_replicas > 0` it then waits (`WAIT`) for that
+    /// many replicas to acknowledge, and reports
+    /// [`StoreError::ReplicasLagging`] otherwise.
     pub async fn write<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T, StoreError> {
-        self.call(script, keys, args, true).await
+        self.call(script, keys, args, Call::Once).await
+    }
+
+    /// [`Store::write`] for a script that is safe to run twice (an acquire
+    /// carrying its attempt id, a renewal, an undo): repeated once on a
+    /// fresh connection if the one it used turns out to be dead.
+    pub async fn write_repeatable<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T, StoreError> {
+        self.call(script, keys, args, Call::Repeatable).await
     }
 
     async fn call<T: FromRedisValue>(
@@ -224,35 +383,47 @@ impl Store {
         script: &Script,
         keys: &[&str],
         args: &[&str],
-        is_write: bool,
+        call: Call,
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn().await?;
-        let value = self.invoke(&mut conn, script, keys, args).await?;
+        let replicated = call != Call::Read && self.inner.min_replicas > 0;
+        let mut conn = self.conn(replicated, None).await?;
+        let mut result = self.invoke(&mut conn, script, keys, args).await;
+        if let Err(e) = &result
+            && call != Call::Once
+            && (e.is_io_error() || e.is_connection_dropped() || e.code() == Some("READONLY"))
+        {
+            // Probably a connection that died while idle (Redis restart,
+            // failover, CLIENT KILL): once more on a new one.
+            conn = self.conn(replicated, Some(&conn)).await?;
+            result = self.invoke(&mut conn, script, keys, args).await;
+        }
+        let value = result.map_err(|e| self.fail(&mut conn, e))?;
         let decoded = T::from_redis_value(value)
             .map_err(|e| StoreError::Unexpected(format!("{}: {e}", script.name())))?;
-        if is_write && self.inner.min_replicas > 0 {
-            let acked: i64 = match redis::cmd("WAIT")
-                .arg(self.inner.min_replicas)
-                .arg(self.inner.wait_timeout_ms)
-                .query_async(&mut conn)
-                .await
-            {
-                Ok(n) => n,
-                Err(e) => return Err(self.classify(&mut conn, e)),
-            };
-            if acked < i64::from(self.inner.min_replicas) {
-                self.inner
-                    .metrics
-                    .redis_errors
-                    .with_label_values(&["replication"])
-                    .inc();
-                return Err(StoreError::ReplicasLagging {
-                    acked: acked.max(0) as u32,
-                    wanted: self.inner.min_replicas,
-                });
-            }
+        if replicated {
+            self.wait_for_replicas(&mut conn).await?;
         }
         Ok(decoded)
+    }
+
+    async fn wait_for_replicas(&self, conn: &mut Conn) -> Result<(), StoreError> {
+        let acked: i64 = match redis::cmd("WAIT")
+            .arg(self.inner.min_replicas)
+            .arg(self.inner.wait_timeout_ms)
+            .query_async(conn)
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => return Err(self.fail(conn, e)),
+        };
+        if acked < i64::from(self.inner.min_replicas) {
+            self.count_error("replication");
+            return Err(StoreError::ReplicasLagging {
+                acked: acked.max(0) as u32,
+                wanted: self.inner.min_replicas,
+            });
+        }
+        Ok(())
     }
 
     async fn invoke(
@@ -261,7 +432,7 @@ impl Store {
         script: &Script,
         keys: &[&str],
         args: &[&str],
-    ) -> Result<Value, StoreError> {
+    ) -> Result<Value, redis::RedisError> {
         let started = Instant::now();
         let mut invocation = script.redis().prepare_invoke();
         for key in keys {
@@ -270,25 +441,25 @@ impl Store {
         for arg in args {
             invocation.arg(*arg);
         }
-        let result: Result<Value, _> = invocation.invoke_async(conn).await;
+        let result = invocation.invoke_async(conn).await;
         self.inner
             .metrics
             .script_duration
             .with_label_values(&[script.name()])
             .observe(started.elapsed().as_secs_f64());
-        result.map_err(|e| self.classify(conn, e))
+        result
     }
 
     /// Loads every script into Redis's script cache.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
+        let mut conn = self.conn(false, None).await?;
         for script in scripts::ALL.iter() {
             let loaded: Result<String, _> = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(script.source())
                 .query_async(&mut conn)
                 .await;
-            loaded.map_err(|e| self.classify(&mut conn, e))?;
+            loaded.map_err(|e| self.fail(&mut conn, e))?;
         }
         Ok(())
     }
@@ -296,27 +467,51 @@ impl Store {
     /// Readiness: Redis answers and every script is in its cache (a Redis
     /// restart empties the cache; this reloads it).
     pub async fn check_ready(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("EXISTS");
         for script in scripts::ALL.iter() {
             cmd.arg(script.redis().get_hash());
         }
-        let present: Result<Vec<i64>, _> = cmd.query_async(&mut conn).await;
-        let present = present.map_err(|e| self.classify(&mut conn, e))?;
-        drop(conn);
+        let present: Vec<i64> = self.raw(&cmd).await?;
         if present.contains(&0) {
             self.load_scripts().await?;
         }
         Ok(())
     }
 
-    /// Sends one raw command (tests and the benchmark use this for
-    /// inspection; primitives never do).
+    /// Warns loudly when Redis may evict keys: an eviction policy other
+    /// than `noeviction` can drop a fencing counter (tokens go backwards)
+    /// or a hold (two holders). Managed services often forbid `CONFIG`;
+    /// then the policy cannot be checked, which is logged too.
+    pub async fn check_eviction_policy(&self) {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg("maxmemory-policy");
+        match self.raw::<Vec<String>>(&cmd).await {
+            Ok(reply) => match reply.get(1).map(String::as_str) {
+                Some("noeviction") | None => {}
+                Some(policy) => tracing::warn!(
+                    policy,
+                    "Redis maxmemory-policy is {policy}, not noeviction: under memory pressure \
+                     Redis may evict fencing counters (tokens go backwards) or holds (two \
+                     holders at once). Set maxmemory-policy noeviction on this Redis."
+                ),
+            },
+            Err(e) => tracing::info!(
+                error = %e,
+                "could not read Redis maxmemory-policy; make sure it is noeviction"
+            ),
+        }
+    }
+
+    /// Sends one raw command (readiness, start-up checks, tests and the
+    /// benchmark; primitives never do).
     pub async fn raw<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        let mut conn = self.conn().await?;
-        let result: Result<T, _> = cmd.query_async(&mut conn).await;
-        result.map_err(|e| self.classify(&mut conn, e))
+        let mut conn = self.conn(false, None).await?;
+        let value: Value = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.fail(&mut conn, e))?;
+        T::from_redis_value(value).map_err(|e| StoreError::Unexpected(e.to_string()))
     }
 }
 

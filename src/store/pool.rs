@@ -1,20 +1,15 @@
-//! The Redis connection pool.
+//! Dedicated Redis connections, for writes that must wait for replicas.
 //!
-//! Built on deadpool (the engine under deadpool-redis) with our own
-//! manager, for two reasons:
+//! `WAIT` blocks the connection it runs on until replicas acknowledge, so
+//! it cannot share the multiplexed connections other requests use. When
+//! `min_replicas > 0`, writes check a connection out of this pool, run the
+//! script and `WAIT` on it, and return it.
 //!
-//! - deadpool-redis's stock manager sends `UNWATCH` + `PING` on every
-//!   checkout, an extra round trip on every request. Ours recycles without
-//!   I/O and instead discards a connection that saw an I/O error or timeout.
-//! - Every connection gets explicit connect and response timeouts (the
-//!   redis crate's 500 ms default response timeout would turn a slow Redis
-//!   into spurious 503s; no timeout at all would hang requests).
-//!
-//! Sizing: a request holds a connection only for one script call, never
-//! while it waits, so the pool bounds concurrent Redis round trips, not
-//! concurrent requests. The default of 32 is well above what two cores can
-//! keep busy; `wait` timeout = connect timeout, so a starved pool answers
-//! 503 instead of queueing forever.
+//! Built on deadpool with our own manager: it recycles without I/O (no
+//! `PING` per checkout) and discards a connection that saw an I/O error or
+//! timeout. Every connection has explicit connect and response timeouts;
+//! the pool's wait timeout is the connect timeout, so a starved pool
+//! answers 503 instead of queueing forever.
 
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;

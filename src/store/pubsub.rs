@@ -10,20 +10,21 @@
 //!   Trade-off: every instance receives every notification of the
 //!   deployment; notifications are tiny and only sent on state changes.
 //! - In-process fan-out: a map from channel to a reference-counted entry
-//!   holding a `watch` counter. A waiter marks the counter as seen *before*
-//!   it re-checks Redis, so a message that arrives between the check and
-//!   the wait is never lost. The last [`Subscription`] of a channel removes
-//!   the entry (Drop).
+//!   holding a `watch` counter and a member count. A waiter marks the
+//!   counter as seen *before* it re-checks Redis, so a message that arrives
+//!   between the check and the wait is never lost. The last
+//!   [`Subscription`] of a channel removes the entry (Drop).
 //! - Reconnect with capped exponential backoff; a PING every few seconds
 //!   detects a silently dead connection. Messages published while
 //!   disconnected are lost, so on every (re)connect all waiters are woken to
 //!   re-check.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -34,58 +35,66 @@ const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const PING_EVERY: Duration = Duration::from_secs(5);
 
+/// Cheap to clone: one `Arc` inside.
 #[derive(Clone)]
 pub struct Hub {
-    inner: Arc<HubInner>,
+    inner: Arc<Inner>,
 }
 
-struct HubInner {
-    /// channel name → live entry. Weak so that the map never keeps a
-    /// channel alive; entries are removed by the last Subscription's Drop.
-    channels: Mutex<HashMap<String, Weak<ChannelEntry>>>,
+struct Inner {
+    /// channel name → its wake counter and how many [`Subscription`]s
+    /// share it. The count is only changed under this lock, and the last
+    /// subscription removes the entry, so no entry outlives its users and
+    /// nothing is ever dropped while the lock is held.
+    channels: Mutex<HashMap<String, Channel>>,
+    /// True while the subscriber connection is up and subscribed.
+    connected: watch::Sender<bool>,
 }
 
-struct ChannelEntry {
+struct Channel {
     /// Bumped on every message for the channel and on every reconnect.
-    tx: watch::Sender<u64>,
+    tx: Arc<watch::Sender<u64>>,
+    /// Live subscriptions sharing `tx`.
+    members: usize,
 }
 
-impl ChannelEntry {
+impl Channel {
     fn bump(&self) {
         self.tx.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
-/// One waiter-group's interest in a channel. Cheap; not Clone on purpose
-/// (the Drop bookkeeping counts owners through the Arc).
+/// One waiter-group's interest in a channel. Not Clone on purpose: each
+/// one is counted once, and its Drop uncounts it.
 pub struct Subscription {
-    entry: Arc<ChannelEntry>,
+    tx: Arc<watch::Sender<u64>>,
     channel: String,
-    hub: Weak<HubInner>,
+    hub: Hub,
 }
 
 impl Subscription {
     /// A receiver positioned at the current message count: `changed()`
     /// completes on the next notification (or reconnect).
     pub fn receiver(&self) -> watch::Receiver<u64> {
-        self.entry.tx.subscribe()
+        self.tx.subscribe()
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let Some(hub) = self.hub.upgrade() else {
-            return;
+        let removed = {
+            let mut channels = self.hub.inner.channels.lock();
+            match channels.get_mut(&self.channel) {
+                Some(entry) if entry.members > 1 => {
+                    entry.members -= 1;
+                    None
+                }
+                Some(_) => channels.remove(&self.channel),
+                None => None,
+            }
         };
-        let mut channels = hub.channels.lock().expect("hub map poisoned");
-        // New strong references are only ever made under this lock, so if
-        // ours is the last one, no one can be reviving the entry right now.
-        let ours = channels
-            .get(&self.channel)
-            .is_some_and(|weak| weak.as_ptr() == Arc::as_ptr(&self.entry));
-        if Arc::strong_count(&self.entry) == 1 && ours {
-            channels.remove(&self.channel);
-        }
+        // Dropped here, after the guard.
+        drop(removed);
     }
 }
 
@@ -99,10 +108,12 @@ impl Hub {
         metrics: Metrics,
         connect_timeout: Duration,
     ) -> Hub {
-        let inner = Arc::new(HubInner {
-            channels: Mutex::new(HashMap::new()),
-        });
-        let hub = Hub { inner };
+        let hub = Hub {
+            inner: Arc::new(Inner {
+                channels: Mutex::new(HashMap::new()),
+                connected: watch::Sender::new(false),
+            }),
+        };
         tokio::spawn(run(
             hub.clone(),
             connector,
@@ -117,41 +128,48 @@ impl Hub {
     /// Registers interest in `channel`. Waiters on the same channel share
     /// one entry (and, process-wide, one Redis subscription).
     pub fn subscribe(&self, channel: &str) -> Subscription {
-        let mut channels = self.inner.channels.lock().expect("hub map poisoned");
-        let entry = match channels.get(channel).and_then(Weak::upgrade) {
-            Some(entry) => entry,
-            None => {
-                let (tx, _) = watch::channel(0u64);
-                let entry = Arc::new(ChannelEntry { tx });
-                channels.insert(channel.to_string(), Arc::downgrade(&entry));
-                entry
-            }
-        };
+        let mut channels = self.inner.channels.lock();
+        let entry = channels
+            .entry(channel.to_string())
+            .or_insert_with(|| Channel {
+                tx: Arc::new(watch::Sender::new(0)),
+                members: 0,
+            });
+        entry.members += 1;
         Subscription {
-            entry,
+            tx: entry.tx.clone(),
             channel: channel.to_string(),
-            hub: Arc::downgrade(&self.inner),
+            hub: self.clone(),
         }
     }
 
+    /// Whether the subscriber connection is up; `wait_for(|up| *up)` on it
+    /// waits for the first subscription (tests, readiness).
+    pub fn connected(&self) -> watch::Receiver<bool> {
+        self.inner.connected.subscribe()
+    }
+
+    /// Channels with at least one subscription (gauges, tests).
+    pub fn channels(&self) -> usize {
+        self.inner.channels.lock().len()
+    }
+
     fn notify(&self, channel: &str) {
-        let entry = {
-            let channels = self.inner.channels.lock().expect("hub map poisoned");
-            channels.get(channel).and_then(Weak::upgrade)
-        };
-        if let Some(entry) = entry {
+        if let Some(entry) = self.inner.channels.lock().get(channel) {
             entry.bump();
         }
     }
 
     fn wake_all(&self) {
-        let entries: Vec<Arc<ChannelEntry>> = {
-            let channels = self.inner.channels.lock().expect("hub map poisoned");
-            channels.values().filter_map(Weak::upgrade).collect()
-        };
-        for entry in entries {
+        for entry in self.inner.channels.lock().values() {
             entry.bump();
         }
+    }
+
+    fn set_connected(&self, up: bool) {
+        self.inner
+            .connected
+            .send_if_modified(|c| std::mem::replace(c, up) != up);
     }
 }
 
@@ -198,6 +216,7 @@ async fn run(
             }
         };
         metrics.pubsub_connected.set(1);
+        hub.set_connected(true);
         backoff = BACKOFF_START;
         if first {
             tracing::info!("pub/sub subscribed");
@@ -236,6 +255,7 @@ async fn run(
             }
         }
         metrics.pubsub_connected.set(0);
+        hub.set_connected(false);
         // Waiters fall back to their own re-check timers while we reconnect.
         hub.wake_all();
     }
@@ -245,5 +265,38 @@ async fn sleep_or_cancel(d: Duration, shutdown: &CancellationToken) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = tokio::time::sleep(d) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Notifications racing the last subscription of a channel leaving
+    /// must not leave a dead entry behind (a slow leak).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_channel_entry_outlives_its_subscriptions() {
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let hub = Hub::start(
+            Connector::Direct(Box::new(client)),
+            "t:*".into(),
+            CancellationToken::new(),
+            Metrics::new(),
+            Duration::from_millis(50),
+        );
+        let notifier = {
+            let hub = hub.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200_000 {
+                    hub.notify("t:a");
+                    hub.wake_all();
+                }
+            })
+        };
+        while !notifier.is_finished() {
+            drop(hub.subscribe("t:a"));
+        }
+        notifier.join().unwrap();
+        assert_eq!(hub.channels(), 0);
     }
 }

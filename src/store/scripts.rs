@@ -51,6 +51,7 @@ macro_rules! scripts {
 
 scripts! {
     LOCK_ACQUIRE => "lock_acquire",
+    LOCK_UNDO => "lock_undo",
     LOCK_HEARTBEAT => "lock_heartbeat",
     LOCK_RELEASE => "lock_release",
     LOCK_FORCE_UNLOCK => "lock_force_unlock",

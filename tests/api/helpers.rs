@@ -67,6 +67,7 @@ pub async fn spawn_app_on(overrides: &[(&str, &str)]) -> TestApp {
     let app = Application::build(config).await.expect("app builds");
     let base = format!("http://127.0.0.1:{}", app.port());
     let shutdown = app.shutdown_token();
+    let mut subscribed = app.subscribed();
     let handle = tokio::spawn(app.run());
     let test_app = TestApp {
         base,
@@ -77,34 +78,17 @@ pub async fn spawn_app_on(overrides: &[(&str, &str)]) -> TestApp {
         shutdown,
         handle: Some(handle),
     };
-    test_app.wait_until_subscribed().await;
+    // A test's first release must be heard: wait for the subscriber.
+    tokio::time::timeout(Duration::from_secs(5), subscribed.wait_for(|up| *up))
+        .await
+        .expect("the pub/sub hub subscribes within 5 s")
+        .expect("the hub is running");
     test_app
 }
 
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
-    }
-
-    /// Waits for the pub/sub hub to be connected, so a test's first
-    /// release is guaranteed to be heard.
-    async fn wait_until_subscribed(&self) {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(5) {
-            if self
-                .client
-                .get(self.url("/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                // The hub subscribes right after start; give it a moment.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("app did not become ready");
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Response {

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use latchkey::coord::locks::{LockGrant, Locks, Released};
+use latchkey::coord::{Attempt, AttemptId, Blocked};
 use latchkey::metrics::Metrics;
 use latchkey::store::{Store, StoreConfig};
-use latchkey::wait::{Attempt, Blocked};
 use redis::AsyncCommands;
 
 use crate::helpers::*;
@@ -30,7 +30,10 @@ async fn locks(redis: &latchkey::devredis::RedisServer) -> Locks {
 async fn acquire_sets_the_lease_as_a_redis_ttl_and_the_fence_never_expires() {
     let redis = redis();
     let locks = locks(&redis).await;
-    let granted = locks.try_acquire("k", "h", 5000).await.unwrap();
+    let granted = locks
+        .try_acquire("k", "h", 5000, &AttemptId::new())
+        .await
+        .unwrap();
     assert!(matches!(
         granted,
         Attempt::Granted(LockGrant {
@@ -52,8 +55,15 @@ async fn acquire_sets_the_lease_as_a_redis_ttl_and_the_fence_never_expires() {
 async fn acquire_by_another_holder_reports_the_remaining_lease() {
     let redis = redis();
     let locks = locks(&redis).await;
-    locks.try_acquire("k", "a", 3000).await.unwrap();
-    match locks.try_acquire("k", "b", 3000).await.unwrap() {
+    locks
+        .try_acquire("k", "a", 3000, &AttemptId::new())
+        .await
+        .unwrap();
+    match locks
+        .try_acquire("k", "b", 3000, &AttemptId::new())
+        .await
+        .unwrap()
+    {
         Attempt::Blocked(Blocked {
             retry_after_ms,
             position: None,
@@ -67,7 +77,10 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
     let mut conn = redis_conn(&redis).await;
     let _: bool = conn.persist("t:{k}:lock").await.unwrap();
     assert!(matches!(
-        locks.try_acquire("k", "b", 3000).await.unwrap(),
+        locks
+            .try_acquire("k", "b", 3000, &AttemptId::new())
+            .await
+            .unwrap(),
         Attempt::Blocked(Blocked {
             retry_after_ms: 1000,
             ..
@@ -79,8 +92,14 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
 async fn reentry_resets_the_lease_and_keeps_the_token() {
     let redis = redis();
     let locks = locks(&redis).await;
-    locks.try_acquire("k", "a", 1000).await.unwrap();
-    let again = locks.try_acquire("k", "a", 8000).await.unwrap();
+    locks
+        .try_acquire("k", "a", 1000, &AttemptId::new())
+        .await
+        .unwrap();
+    let again = locks
+        .try_acquire("k", "a", 8000, &AttemptId::new())
+        .await
+        .unwrap();
     assert!(matches!(
         again,
         Attempt::Granted(LockGrant {
@@ -103,8 +122,14 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
     pubsub.subscribe("t:{k}:lock:wake").await.unwrap();
     let mut messages = pubsub.into_on_message();
 
-    locks.try_acquire("k", "a", 5000).await.unwrap();
-    locks.try_acquire("k", "a", 5000).await.unwrap();
+    locks
+        .try_acquire("k", "a", 5000, &AttemptId::new())
+        .await
+        .unwrap();
+    locks
+        .try_acquire("k", "a", 5000, &AttemptId::new())
+        .await
+        .unwrap();
     assert_eq!(
         locks.release("k", "a", false).await.unwrap(),
         Some(Released {
@@ -136,7 +161,10 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
             .is_err()
     );
 
-    locks.try_acquire("k", "c", 5000).await.unwrap();
+    locks
+        .try_acquire("k", "c", 5000, &AttemptId::new())
+        .await
+        .unwrap();
     assert!(locks.force_unlock("k").await.unwrap());
     assert!(
         tokio::time::timeout(Duration::from_secs(1), messages.next())
@@ -155,7 +183,10 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
 async fn heartbeat_renews_only_for_the_holder_and_cannot_revive_an_expired_hold() {
     let redis = redis();
     let locks = locks(&redis).await;
-    locks.try_acquire("k", "a", 500).await.unwrap();
+    locks
+        .try_acquire("k", "a", 500, &AttemptId::new())
+        .await
+        .unwrap();
     assert_eq!(locks.heartbeat("k", "b", Some(9000)).await.unwrap(), None);
     let renewed = locks.heartbeat("k", "a", None).await.unwrap().unwrap();
     assert_eq!(renewed.lease_ms, 500, "no lease_ms keeps the stored lease");
@@ -172,8 +203,92 @@ async fn state_reads_one_snapshot_without_the_holder() {
     let locks = locks(&redis).await;
     let free = locks.state("k").await.unwrap();
     assert!(!free.locked && free.fencing_token == 0 && free.ttl_ms == 0);
-    locks.try_acquire("k", "a", 5000).await.unwrap();
-    locks.try_acquire("k", "a", 5000).await.unwrap();
+    locks
+        .try_acquire("k", "a", 5000, &AttemptId::new())
+        .await
+        .unwrap();
+    locks
+        .try_acquire("k", "a", 5000, &AttemptId::new())
+        .await
+        .unwrap();
     let held = locks.state("k").await.unwrap();
     assert!(held.locked && held.hold_count == 2 && held.fencing_token == 1 && held.ttl_ms > 4800);
+}
+
+fn count_of(attempt: Attempt<LockGrant>) -> u64 {
+    match attempt {
+        Attempt::Granted(grant) => grant.hold_count,
+        Attempt::Blocked(b) => panic!("blocked: {b:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_attempt_repeated_after_a_lost_reply_grants_once() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    let attempt = AttemptId::new();
+    let first = locks.try_acquire("k", "a", 5000, &attempt).await.unwrap();
+    let again = locks.try_acquire("k", "a", 5000, &attempt).await.unwrap();
+    assert_eq!((count_of(first), count_of(again)), (1, 1));
+    assert_eq!(locks.state("k").await.unwrap().hold_count, 1);
+}
+
+#[tokio::test]
+async fn undo_gives_back_only_what_its_own_attempt_granted() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    let (first, second, blocked) = (AttemptId::new(), AttemptId::new(), AttemptId::new());
+    locks.try_acquire("k", "a", 5000, &first).await.unwrap();
+    locks.try_acquire("k", "a", 5000, &second).await.unwrap();
+    assert!(matches!(
+        locks.try_acquire("k", "b", 5000, &blocked).await.unwrap(),
+        Attempt::Blocked(_)
+    ));
+    // An attempt that granted nothing gives back nothing — not even when
+    // its holder id is wrong or right.
+    assert!(!locks.undo("k", "b", &blocked).await.unwrap());
+    assert!(!locks.undo("k", "a", &AttemptId::new()).await.unwrap());
+    assert_eq!(locks.state("k").await.unwrap().hold_count, 2);
+    // The first attempt's hold goes; the second's stays, and can itself be
+    // undone once (then the lock is free).
+    assert!(locks.undo("k", "a", &first).await.unwrap());
+    assert!(
+        !locks.undo("k", "a", &first).await.unwrap(),
+        "undo is idempotent"
+    );
+    assert_eq!(locks.state("k").await.unwrap().hold_count, 1);
+    assert!(locks.undo("k", "a", &second).await.unwrap());
+    assert!(!locks.state("k").await.unwrap().locked);
+}
+
+#[tokio::test]
+async fn a_released_hold_is_not_given_back_twice() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    let (first, second) = (AttemptId::new(), AttemptId::new());
+    locks.try_acquire("k", "a", 5000, &first).await.unwrap();
+    locks.try_acquire("k", "a", 5000, &second).await.unwrap();
+    // The holder releases one hold (the latest, `second`'s) by itself.
+    locks.release("k", "a", false).await.unwrap();
+    assert!(!locks.undo("k", "a", &second).await.unwrap());
+    assert!(
+        locks.state("k").await.unwrap().locked,
+        "first's hold survives"
+    );
+}
+
+#[tokio::test]
+async fn an_undo_that_arrives_first_keeps_its_late_attempt_from_granting() {
+    let redis = redis();
+    let locks = locks(&redis).await;
+    let late = AttemptId::new();
+    assert!(!locks.undo("k", "a", &late).await.unwrap());
+    assert!(locks.try_acquire("k", "a", 5000, &late).await.is_err());
+    assert!(!locks.state("k").await.unwrap().locked);
+    let mut conn = redis_conn(&redis).await;
+    let marker_ttl: i64 = conn
+        .pttl(format!("t:{{k}}:lock:undone:{}", late.as_str()))
+        .await
+        .unwrap();
+    assert!(marker_ttl > 0, "the marker expires by itself");
 }

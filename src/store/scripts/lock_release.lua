@@ -10,7 +10,9 @@
 --          {0, hold_count} still held by this holder, hold_count remaining
 --
 -- Invariant: the lock is free exactly when the hold count reaches 0; every
--- transition to free publishes one wake message.
+-- transition to free publishes one wake message. Holds are released latest
+-- first: the attempt record of the hold dropped ('a:<id>' at the old
+-- count) goes with it, so lock_undo never gives back a released hold.
 local h = redis.call('HMGET', KEYS[1], 'holder', 'count')
 if h[1] ~= ARGV[1] then
   return {-1}
@@ -20,6 +22,12 @@ if ARGV[2] == '1' or count <= 0 then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], 'free')
   return {1, 0}
+end
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  if string.sub(fields[i], 1, 2) == 'a:' and tonumber(fields[i + 1]) > count then
+    redis.call('HDEL', KEYS[1], fields[i])
+  end
 end
 redis.call('HSET', KEYS[1], 'count', count)
 return {0, count}

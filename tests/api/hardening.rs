@@ -1,0 +1,354 @@
+//! The foundation under faults: lost replies, killed connections, a
+//! stalled or restarted Redis, backend error replies, and the smaller
+//! points of the HTTP contract. Every test here uses real redis-server
+//! processes and injects the fault itself (SIGSTOP, CLIENT KILL, restart,
+//! CONFIG SET).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::helpers::*;
+
+/// A give-back must only undo what its own attempt granted. Here an
+/// acquire on the instance that requires a replica acknowledgement gets
+/// `blocked` and then fails `WAIT`; meanwhile the lock is freed and taken
+/// by another request of the *same holder id* on another instance. That
+/// request's hold must survive the failed attempt's clean-up.
+#[tokio::test]
+async fn a_failed_attempt_never_gives_back_a_hold_another_request_of_its_holder_owns() {
+    let redis = redis();
+    let plain = spawn_app(&redis).await;
+    // No replica exists, so every WAIT reports 0 acknowledgements, after
+    // half the response timeout (1 s here).
+    let strict = spawn_app_with(
+        &redis,
+        &[("min_replicas", "1"), ("redis_response_timeout_ms", "2000")],
+    )
+    .await;
+    plain
+        .must_acquire("shared", json!({"holder": "x", "lease_ms": 30000}))
+        .await;
+    let failing = {
+        let client = strict.client.clone();
+        let url = strict.url("/locks/shared/acquire");
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&json!({"holder": "h"}))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    // The attempt has run (blocked by x) and its WAIT is pending.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(plain.release("shared", "x").await.status(), 200);
+    plain
+        .must_acquire("shared", json!({"holder": "h", "lease_ms": 30000}))
+        .await;
+    assert_problem(failing.await.unwrap(), 503, "backend-unavailable").await;
+    // Give a (wrong) background give-back time to land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let state = plain.state("shared").await;
+    assert_eq!(state["locked"], true, "{state}");
+    assert_eq!(state["hold_count"], 1, "{state}");
+}
+
+/// An acquire that reached Redis but whose reply never came back (Redis
+/// stalled past the response timeout) answers 503; the grant it made must
+/// not stay held for the whole lease once Redis runs again.
+#[tokio::test]
+async fn an_acquire_whose_reply_is_lost_leaves_nothing_held() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    app.must_acquire("warm", json!({"holder": "w"})).await;
+    redis.pause();
+    let response = app
+        .acquire("lost", json!({"holder": "h", "lease_ms": 60000}))
+        .await;
+    assert_problem(response, 503, "backend-unavailable").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.resume();
+    // Whatever order the acquire and its undo reach Redis in, nothing may
+    // be left held.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let freed = eventually(Duration::from_secs(8), || async {
+        app.state("lost").await["locked"] == false
+    })
+    .await;
+    assert!(freed, "{}", app.state("lost").await);
+    // And the undo must not linger and cancel a later, real acquire.
+    app.must_acquire("lost", json!({"holder": "h"})).await;
+}
+
+/// A wait outlives a burst of dead connections: the hub's subscriber and
+/// every request connection are killed while it waits; it is still
+/// granted when the lock frees, well before its deadline.
+#[tokio::test]
+async fn a_wait_survives_killed_connections_and_is_granted_before_its_deadline() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    app.must_acquire("blip", json!({"holder": "x", "lease_ms": 1500}))
+        .await;
+    let waiter = app.spawn_post(
+        "/locks/blip/acquire",
+        json!({"holder": "w", "wait_ms": 8000}),
+    );
+    app.wait_for_waiters("blip", 1).await;
+    let mut conn = redis_conn(&redis).await;
+    for kind in ["pubsub", "normal"] {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    let response = waiter.await.unwrap();
+    assert_eq!(response.status(), 201, "{:?}", response.text().await);
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+/// A wait outlives a short Redis restart (the restart loses the lock, so
+/// the waiter is granted right after it).
+#[tokio::test]
+async fn a_wait_survives_a_short_redis_restart() {
+    let mut redis = redis();
+    let app = spawn_app(&redis).await;
+    app.must_acquire("restart", json!({"holder": "x", "lease_ms": 60000}))
+        .await;
+    let waiter = app.spawn_post(
+        "/locks/restart/acquire",
+        json!({"holder": "w", "wait_ms": 8000}),
+    );
+    app.wait_for_waiters("restart", 1).await;
+    let started = Instant::now();
+    redis.restart().expect("redis restarts");
+    let response = waiter.await.unwrap();
+    assert_eq!(response.status(), 201, "{:?}", response.text().await);
+    assert!(started.elapsed() < Duration::from_secs(6));
+}
+
+/// Every try inside a wait is bounded by the time the request has left:
+/// a one-second wait against a stalled Redis answers after about a second,
+/// not after the (longer) Redis response timeout.
+#[tokio::test]
+async fn a_wait_against_a_stalled_redis_answers_by_its_deadline() {
+    let redis = redis();
+    let app = spawn_app_with(&redis, &[("redis_response_timeout_ms", "3000")]).await;
+    app.must_acquire("stalled", json!({"holder": "x", "lease_ms": 30000}))
+        .await;
+    redis.pause();
+    let started = Instant::now();
+    let response = app
+        .acquire("stalled", json!({"holder": "w", "wait_ms": 1000}))
+        .await;
+    let took = started.elapsed();
+    redis.resume();
+    assert_problem(response, 503, "backend-unavailable").await;
+    assert!(
+        took < Duration::from_millis(1400),
+        "answered after {took:?}"
+    );
+}
+
+/// The deadline starts when the request arrives, not when Redis first
+/// answers: Redis stalls for 1.5 s of a 3 s wait, and the 409 still comes
+/// at about 3 s (long-poll and SSE alike).
+#[tokio::test]
+async fn the_wait_deadline_starts_when_the_request_arrives() {
+    let redis = redis();
+    let app = spawn_app_with(&redis, &[("redis_response_timeout_ms", "3000")]).await;
+    app.must_acquire("late", json!({"holder": "x", "lease_ms": 30000}))
+        .await;
+    for sse in [false, true] {
+        redis.pause();
+        let mut request = app
+            .client
+            .post(app.url("/locks/late/acquire"))
+            .json(&json!({"holder": "w", "wait_ms": 3000}));
+        if sse {
+            request = request.header("accept", "text/event-stream");
+        }
+        let started = Instant::now();
+        let pending = tokio::spawn(async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body = if status == 200 {
+                read_sse(response).await.last().unwrap().0.clone()
+            } else {
+                response.text().await.unwrap()
+            };
+            (status, body, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        redis.resume();
+        let (status, body, took) = pending.await.unwrap();
+        if sse {
+            assert_eq!((status, body.as_str()), (200, "timeout"));
+        } else {
+            assert_eq!(status, 409, "{body}");
+        }
+        assert!(
+            took < Duration::from_millis(3400),
+            "sse={sse}: answered after {took:?}"
+        );
+    }
+}
+
+/// Waiters queued behind the one that re-checks Redis still report what
+/// blocks them now: the holder renewed its lease, so every 409 must say
+/// the lock is taken for seconds, not the stale, aged-out first answer.
+#[tokio::test]
+async fn every_queued_waiter_reports_a_current_retry_after() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    app.must_acquire("renewed", json!({"holder": "x", "lease_ms": 800}))
+        .await;
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            app.spawn_post(
+                "/locks/renewed/acquire",
+                json!({"holder": format!("w{i}"), "wait_ms": 2500}),
+            )
+        })
+        .collect();
+    app.wait_for_waiters("renewed", 3).await;
+    let renewed = app
+        .heartbeat("renewed", "x", json!({"lease_ms": 10000}))
+        .await;
+    assert_eq!(renewed.status(), 200);
+    for waiter in waiters {
+        let problem = assert_problem(waiter.await.unwrap(), 409, "lock-held").await;
+        let retry_after = problem["retry_after_ms"].as_u64().unwrap();
+        assert!(retry_after > 5000, "stale retry_after_ms: {problem}");
+    }
+}
+
+/// A Redis that refuses writes (maxmemory reached under `noeviction`) is a
+/// backend condition, not an internal error: 503, with a detail that names
+/// it.
+#[tokio::test]
+async fn an_out_of_memory_redis_answers_503_naming_the_condition() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let response = app.acquire("oom", json!({"holder": "h"})).await;
+    assert!(response.headers().contains_key("retry-after"));
+    let problem = assert_problem(response, 503, "backend-unavailable").await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("memory"),
+        "{problem}"
+    );
+}
+
+/// An eviction policy other than `noeviction` can silently drop fencing
+/// counters and holds: the binary warns about it at start.
+#[test]
+fn an_evicting_redis_is_warned_about_at_start() {
+    let redis = latchkey::devredis::RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"])
+        .expect("redis starts");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .env("LATCHKEY_REDIS_URL", redis.url())
+        .env("LATCHKEY_LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("latchkey starts");
+    // Wait until it serves, then stop it and read what it logged.
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let _ = child.wait();
+    let output = child.wait_with_output().expect("output");
+    let log = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    let warning = log
+        .lines()
+        .find(|l| l.contains("maxmemory-policy"))
+        .unwrap_or_else(|| panic!("no eviction warning in:\n{log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("allkeys-lru"), "{warning}");
+}
+
+/// `Accept` is parsed, not substring-matched: `text/event-stream;q=0`
+/// means "not SSE".
+#[tokio::test]
+async fn accept_with_q_zero_does_not_select_sse() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let response = app
+        .client
+        .post(app.url("/locks/q/acquire"))
+        .header("accept", "text/event-stream;q=0, application/json")
+        .json(&json!({"holder": "h"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(response.headers()["content-type"], "application/json");
+}
+
+/// Browsers may send (and read) the `Idempotency-Key` header.
+#[tokio::test]
+async fn cors_allows_and_exposes_idempotency_key() {
+    let redis = redis();
+    let app = spawn_app(&redis).await;
+    let preflight = app
+        .client
+        .request(reqwest::Method::OPTIONS, app.url("/locks/c/acquire"))
+        .header("origin", "http://localhost:3000")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "content-type,idempotency-key",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success());
+    let allowed = preflight.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(allowed.contains("idempotency-key"), "{allowed}");
+    let response = app
+        .client
+        .get(app.url("/locks/c"))
+        .header("origin", "http://localhost:3000")
+        .send()
+        .await
+        .unwrap();
+    let exposed = response.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("idempotency-key"), "{exposed}");
+}
