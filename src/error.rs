@@ -1,14 +1,16 @@
 //! One error type for the whole HTTP surface, rendered as an RFC 9457
-//! `application/problem+json` document (API.md §1, §9).
+//! `application/problem+json` document (see the README's "Errors" section).
 //!
 //! Handlers return `Result<_, ApiError>`; the status mapping lives here and
-//! nowhere else. Internal details (Redis errors, script failures) go to the
-//! log; the client only ever sees a stable slug and a safe detail.
+//! nowhere else. An `ApiError` carries a typed [`Problem`] — the very
+//! struct the OpenAPI document describes — so the document cannot drift
+//! from the body. Internal details (Redis errors, script failures) go to
+//! the log; the client only ever sees a stable slug and a safe detail.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::store::StoreError;
@@ -16,8 +18,86 @@ use crate::wait::WaitError;
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 
-/// A problem document (RFC 9457). `type` is `/problems/<slug>`; the slugs
-/// are stable API. Some problems carry extra members, e.g. `retry_after_ms`.
+/// Every problem type of the API: `type` is `/problems/<slug>`. The slugs
+/// are stable API; add one only when none fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub enum ProblemType {
+    #[serde(rename = "/problems/invalid-name")]
+    InvalidName,
+    #[serde(rename = "/problems/invalid-body")]
+    InvalidBody,
+    #[serde(rename = "/problems/out-of-range")]
+    OutOfRange,
+    #[serde(rename = "/problems/unsupported-media-type")]
+    UnsupportedMediaType,
+    #[serde(rename = "/problems/body-too-large")]
+    BodyTooLarge,
+    #[serde(rename = "/problems/not-found")]
+    NotFound,
+    #[serde(rename = "/problems/method-not-allowed")]
+    MethodNotAllowed,
+    #[serde(rename = "/problems/not-held")]
+    NotHeld,
+    #[serde(rename = "/problems/lock-held")]
+    LockHeld,
+    #[serde(rename = "/problems/no-permits")]
+    NoPermits,
+    #[serde(rename = "/problems/latch-exists")]
+    LatchExists,
+    #[serde(rename = "/problems/upgrade-would-deadlock")]
+    UpgradeWouldDeadlock,
+    #[serde(rename = "/problems/quorum-unavailable")]
+    QuorumUnavailable,
+    #[serde(rename = "/problems/redlock-not-configured")]
+    RedlockNotConfigured,
+    #[serde(rename = "/problems/too-many-waiters")]
+    TooManyWaiters,
+    #[serde(rename = "/problems/unauthorized")]
+    Unauthorized,
+    #[serde(rename = "/problems/forbidden")]
+    Forbidden,
+    #[serde(rename = "/problems/rate-limited")]
+    RateLimited,
+    #[serde(rename = "/problems/backend-unavailable")]
+    BackendUnavailable,
+    #[serde(rename = "/problems/shutting-down")]
+    ShuttingDown,
+    #[serde(rename = "/problems/internal")]
+    Internal,
+}
+
+impl ProblemType {
+    /// Short summary of the problem type; the same for every occurrence.
+    pub fn title(self) -> &'static str {
+        use ProblemType::*;
+        match self {
+            InvalidName => "Invalid name",
+            InvalidBody => "Invalid request",
+            OutOfRange => "Value out of range",
+            UnsupportedMediaType => "Unsupported media type",
+            BodyTooLarge => "Request body too large",
+            NotFound => "Not found",
+            MethodNotAllowed => "Method not allowed",
+            NotHeld => "Not held",
+            LockHeld => "Lock is held",
+            NoPermits => "Not enough permits",
+            LatchExists => "Latch already exists",
+            UpgradeWouldDeadlock => "Upgrade would deadlock",
+            QuorumUnavailable => "Quorum unavailable",
+            RedlockNotConfigured => "RedLock not configured",
+            TooManyWaiters => "Too many waiters",
+            Unauthorized => "Unauthorized",
+            Forbidden => "Forbidden",
+            RateLimited => "Rate limited",
+            BackendUnavailable => "Backend unavailable",
+            ShuttingDown => "Shutting down",
+            Internal => "Internal error",
+        }
+    }
+}
+
+/// A problem document (RFC 9457). Members other than the first four are
+/// present only on the problems that carry them.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[schema(example = json!({
     "type": "/problems/lock-held",
@@ -29,32 +109,49 @@ pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 pub struct Problem {
     /// `/problems/<slug>`, e.g. `/problems/lock-held`.
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: ProblemType,
     /// Short summary of the problem type; the same for every occurrence.
     pub title: String,
     /// The HTTP status code.
     pub status: u16,
     /// What happened in this occurrence, and what to do about it.
     pub detail: String,
-    /// Present on "not acquired" answers: the remaining lease of what blocks
-    /// the request, in milliseconds (a hint for when to retry).
+    /// On "not acquired" answers: the remaining lease of what blocks the
+    /// request, in milliseconds (a hint for when to retry).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub retry_after_ms: Option<u64>,
+    /// On `out-of-range`: the request member that is out of range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub field: Option<String>,
+    /// Where waiters queue fairly: how many are ahead of this request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub position: Option<u64>,
+    /// On `no-permits`: permits available right now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub available: Option<u64>,
+    /// On a multi-object `lock-held`: the names that are held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub blocked_by: Option<Vec<String>>,
+    /// On a multi-object `not-held`: the names this holder does not hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub not_held: Option<Vec<String>>,
 }
 
-/// An error answer: status, slug, detail and optional extra members.
+/// An error answer: the problem document and its `Retry-After` header.
 /// Boxed, so that `Result<_, ApiError>` stays small on the happy path.
 #[derive(Debug, Clone)]
 pub struct ApiError(Box<ApiErrorBody>);
 
 #[derive(Debug, Clone)]
 pub struct ApiErrorBody {
-    pub status: StatusCode,
-    pub slug: &'static str,
-    pub title: &'static str,
-    pub detail: String,
-    /// Extra members of the problem document (`retry_after_ms`, ...).
-    pub extra: Map<String, Value>,
+    /// The body, serialized as is.
+    pub problem: Problem,
     /// `Retry-After` header in whole seconds, when the client should retry.
     pub retry_after_secs: Option<u64>,
 }
@@ -73,25 +170,31 @@ impl std::ops::DerefMut for ApiError {
 }
 
 impl ApiError {
-    pub fn new(
-        status: StatusCode,
-        slug: &'static str,
-        title: &'static str,
-        detail: impl Into<String>,
-    ) -> Self {
+    pub fn new(status: StatusCode, type_: ProblemType, detail: impl Into<String>) -> Self {
         ApiError(Box::new(ApiErrorBody {
-            status,
-            slug,
-            title,
-            detail: detail.into(),
-            extra: Map::new(),
+            problem: Problem {
+                type_,
+                title: type_.title().to_string(),
+                status: status.as_u16(),
+                detail: detail.into(),
+                retry_after_ms: None,
+                field: None,
+                position: None,
+                available: None,
+                blocked_by: None,
+                not_held: None,
+            },
             retry_after_secs: None,
         }))
     }
 
-    /// Adds an extra member to the problem document.
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(key.to_string(), value.into());
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// Names the request member a problem is about.
+    pub fn with_field(mut self, field: &str) -> Self {
+        self.problem.field = Some(field.to_string());
         self
     }
 
@@ -101,37 +204,21 @@ impl ApiError {
     }
 
     pub fn invalid_name(detail: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-name",
-            "Invalid name",
-            detail,
-        )
+        Self::new(StatusCode::BAD_REQUEST, ProblemType::InvalidName, detail)
     }
 
     pub fn invalid_body(detail: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-body",
-            "Invalid request",
-            detail,
-        )
+        Self::new(StatusCode::BAD_REQUEST, ProblemType::InvalidBody, detail)
     }
 
     pub fn out_of_range(detail: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "out-of-range",
-            "Value out of range",
-            detail,
-        )
+        Self::new(StatusCode::BAD_REQUEST, ProblemType::OutOfRange, detail)
     }
 
     pub fn unsupported_media_type() -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "Unsupported media type",
+            ProblemType::UnsupportedMediaType,
             "request bodies must be JSON: send -H 'Content-Type: application/json'",
         )
     }
@@ -139,35 +226,32 @@ impl ApiError {
     pub fn body_too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "Request body too large",
+            ProblemType::BodyTooLarge,
             format!("request bodies are limited to {limit} bytes"),
         )
     }
 
     pub fn not_found(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
+        Self::new(StatusCode::NOT_FOUND, ProblemType::NotFound, detail)
     }
 
     pub fn method_not_allowed() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
-            "method-not-allowed",
-            "Method not allowed",
+            ProblemType::MethodNotAllowed,
             "this route does not support that method; see the Allow header",
         )
     }
 
     pub fn not_held(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not-held", "Not held", detail)
+        Self::new(StatusCode::NOT_FOUND, ProblemType::NotHeld, detail)
     }
 
     /// 409 `lock-held` with the `retry_after_ms` hint and `Retry-After`.
     pub fn lock_held(retry_after_ms: u64) -> Self {
         Self::new(
             StatusCode::CONFLICT,
-            "lock-held",
-            "Lock is held",
+            ProblemType::LockHeld,
             "the lock is held by another holder",
         )
         .with_retry_after_ms(retry_after_ms)
@@ -175,16 +259,15 @@ impl ApiError {
 
     /// Sets `retry_after_ms` and the matching `Retry-After` header
     /// (`max(1, ceil(ms / 1000))` seconds).
-    pub fn with_retry_after_ms(self, retry_after_ms: u64) -> Self {
-        self.with("retry_after_ms", retry_after_ms)
-            .retry_after(retry_after_ms.div_ceil(1000).max(1))
+    pub fn with_retry_after_ms(mut self, retry_after_ms: u64) -> Self {
+        self.problem.retry_after_ms = Some(retry_after_ms);
+        self.retry_after(retry_after_ms.div_ceil(1000).max(1))
     }
 
     pub fn too_many_waiters(limit: usize) -> Self {
         Self::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "too-many-waiters",
-            "Too many waiters",
+            ProblemType::TooManyWaiters,
             format!("this instance already has {limit} open waits; retry later or elsewhere"),
         )
         .retry_after(1)
@@ -193,8 +276,7 @@ impl ApiError {
     pub fn backend_unavailable(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "backend-unavailable",
-            "Backend unavailable",
+            ProblemType::BackendUnavailable,
             detail,
         )
         .retry_after(1)
@@ -203,8 +285,7 @@ impl ApiError {
     pub fn shutting_down() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "shutting-down",
-            "Shutting down",
+            ProblemType::ShuttingDown,
             "this instance is shutting down; retry on another instance",
         )
         .retry_after(1)
@@ -213,33 +294,22 @@ impl ApiError {
     pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "Internal error",
+            ProblemType::Internal,
             "an unexpected error occurred; it has been logged",
         )
     }
 
     /// The problem document as JSON (also used as SSE event data).
     pub fn to_json(&self) -> Value {
-        let mut doc = json!({
-            "type": format!("/problems/{}", self.slug),
-            "title": self.title,
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        if let Value::Object(map) = &mut doc {
-            for (k, v) in &self.extra {
-                map.insert(k.clone(), v.clone());
-            }
-        }
-        doc
+        serde_json::to_value(&self.problem).unwrap_or(Value::Null)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = self.to_json().to_string();
-        let mut response = (self.status, body).into_response();
+        let status = self.status();
+        let body = serde_json::to_string(&self.problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -294,8 +364,7 @@ pub fn for_status(status: StatusCode) -> ApiError {
         StatusCode::METHOD_NOT_ALLOWED => ApiError::method_not_allowed(),
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             status,
-            "body-too-large",
-            "Request body too large",
+            ProblemType::BodyTooLarge,
             "the request body is too large",
         ),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::unsupported_media_type(),
@@ -304,8 +373,7 @@ pub fn for_status(status: StatusCode) -> ApiError {
         }
         s if s.is_client_error() => ApiError::new(
             s,
-            "invalid-body",
-            "Invalid request",
+            ProblemType::InvalidBody,
             s.canonical_reason()
                 .unwrap_or("invalid request")
                 .to_string(),

@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ProblemType};
 
 /// A JSON body whose fields are all optional: an omitted or empty body
 /// (what Swagger UI sends) means "all defaults".
@@ -53,8 +53,7 @@ fn body_rejection(rejection: BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "Request body too large",
+            ProblemType::BodyTooLarge,
             "the request body is larger than the configured limit (max_body_bytes)",
         )
     } else {
@@ -169,7 +168,7 @@ impl Millis {
                 "{field} must be between {min} and {max}, got {}",
                 self.0
             ))
-            .with("field", field));
+            .with_field(field));
         }
         Ok(self.0 as u64)
     }
