@@ -1,4 +1,4 @@
-//! Private `redis-server` child processes: dev mode (API.md §11), and the
+//! Private `redis-server` child processes: dev mode (README: "Set up"), and the
 //! test suite and benchmark, which start their own servers the same way.
 //!
 //! Each server listens on a free loopback port, with no persistence, in

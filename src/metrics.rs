@@ -10,14 +10,17 @@ use prometheus::{
     TextEncoder,
 };
 
-/// Cheap to clone (one `Arc`): middleware state is cloned per request.
+/// Cheap to clone: one `Arc` inside (middleware state is cloned per
+/// request). Derefs to the collectors.
 #[derive(Clone)]
-pub struct Metrics(Arc<MetricsInner>);
+pub struct Metrics {
+    inner: Arc<MetricsInner>,
+}
 
 impl std::ops::Deref for Metrics {
     type Target = MetricsInner;
     fn deref(&self) -> &MetricsInner {
-        &self.0
+        &self.inner
     }
 }
 
@@ -148,19 +151,21 @@ impl Metrics {
                 .expect("metric registered once");
         }
 
-        Metrics(Arc::new(MetricsInner {
-            registry,
-            http_requests,
-            http_duration,
-            acquisitions,
-            waiters,
-            waiting_objects,
-            pubsub_connected,
-            pubsub_reconnects,
-            pubsub_messages,
-            redis_errors,
-            script_duration,
-        }))
+        Metrics {
+            inner: Arc::new(MetricsInner {
+                registry,
+                http_requests,
+                http_duration,
+                acquisitions,
+                waiters,
+                waiting_objects,
+                pubsub_connected,
+                pubsub_reconnects,
+                pubsub_messages,
+                redis_errors,
+                script_duration,
+            }),
+        }
     }
 
     /// Prometheus text exposition of every metric.

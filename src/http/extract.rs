@@ -1,5 +1,5 @@
 //! Request extractors that answer in our problem format, and input rules
-//! shared by every resource (API.md §1).
+//! shared by every resource (README: "Errors").
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};

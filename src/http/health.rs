@@ -1,4 +1,4 @@
-//! Operations endpoints (API.md §10): liveness, readiness, metrics.
+//! Operations endpoints (README: "Operations"): liveness, readiness, metrics.
 
 use axum::Json;
 use axum::extract::State;

@@ -1,4 +1,4 @@
-//! `/locks/{name}/...`: reentrant locks (API.md §3).
+//! `/locks/{name}/...`: reentrant locks (README: "Using locks with curl").
 
 use axum::Json;
 use axum::extract::State;
@@ -122,21 +122,23 @@ pub struct ReleaseQuery {
     pub all: Option<bool>,
 }
 
+/// The answer to a release.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"released": true, "hold_count": 0}))]
-pub struct ReleaseResponse {
+pub struct Release {
     /// True when the lock became free.
     pub released: bool,
     /// Holds this holder still has.
     pub hold_count: u64,
 }
 
+/// A lock's public state (never the holder id).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
     "name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500,
     "fencing_token": 42, "waiters": 3
 }))]
-pub struct LockStateResponse {
+pub struct LockStatus {
     pub name: String,
     pub locked: bool,
     pub hold_count: u64,
@@ -148,9 +150,10 @@ pub struct LockStateResponse {
     pub waiters: u64,
 }
 
+/// The answer to a force unlock.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"released": true}))]
-pub struct ForceUnlockResponse {
+pub struct ForceUnlock {
     /// True when the lock was held and is now free.
     pub released: bool,
 }
@@ -330,7 +333,7 @@ fn not_held() -> ApiError {
     tag = TAG,
     params(HolderPath, ReleaseQuery),
     responses(
-        (status = 200, description = "Released", body = ReleaseResponse),
+        (status = 200, description = "Released", body = Release),
         (status = 400, description = "Invalid name or holder", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not held by this holder", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
@@ -340,7 +343,7 @@ pub async fn release(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<HolderPath>,
     ApiQuery(query): ApiQuery<ReleaseQuery>,
-) -> Result<Json<ReleaseResponse>, ApiError> {
+) -> Result<Json<Release>, ApiError> {
     check_name(&path.name)?;
     check_holder_in_path(&path.holder)?;
     match state
@@ -348,7 +351,7 @@ pub async fn release(
         .release(&path.name, &path.holder, query.all.unwrap_or(false))
         .await?
     {
-        Some(r) => Ok(Json(ReleaseResponse {
+        Some(r) => Ok(Json(Release {
             released: r.released,
             hold_count: r.hold_count,
         })),
@@ -363,7 +366,7 @@ pub async fn release(
     tag = TAG,
     params(NamePath),
     responses(
-        (status = 200, description = "The lock's state", body = LockStateResponse),
+        (status = 200, description = "The lock's state", body = LockStatus),
         (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
     )
@@ -371,10 +374,10 @@ pub async fn release(
 pub async fn state(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<NamePath>,
-) -> Result<Json<LockStateResponse>, ApiError> {
+) -> Result<Json<LockStatus>, ApiError> {
     check_name(&path.name)?;
     let s = state.locks.state(&path.name).await?;
-    Ok(Json(LockStateResponse {
+    Ok(Json(LockStatus {
         waiters: state
             .engine
             .waiters_on(&state.locks.wake_channel(&path.name)),
@@ -393,7 +396,7 @@ pub async fn state(
     tag = TAG,
     params(NamePath),
     responses(
-        (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlockResponse),
+        (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlock),
         (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
     )
@@ -401,8 +404,8 @@ pub async fn state(
 pub async fn force_unlock(
     State(state): State<AppState>,
     ApiPath(path): ApiPath<NamePath>,
-) -> Result<Json<ForceUnlockResponse>, ApiError> {
+) -> Result<Json<ForceUnlock>, ApiError> {
     check_name(&path.name)?;
     let released = state.locks.force_unlock(&path.name).await?;
-    Ok(Json(ForceUnlockResponse { released }))
+    Ok(Json(ForceUnlock { released }))
 }

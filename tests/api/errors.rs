@@ -1,4 +1,4 @@
-//! Every bad input gets the right 4xx problem+json (API.md §1, §9).
+//! Every bad input gets the right 4xx problem+json (README: "Errors").
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! Reentrant locks over HTTP (API.md §3).
+//! Reentrant locks over HTTP.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Operations: readiness, Redis outages, pub/sub recovery, shutdown,
-//! metrics, OpenAPI and Swagger UI (API.md §2, §9, §10, §11).
+//! metrics, OpenAPI and Swagger UI.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,5 +1,5 @@
 //! Blocking acquires: long-poll, SSE, wake-ups across instances,
-//! disconnects and mutual exclusion (API.md §2).
+//! disconnects and mutual exclusion.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
