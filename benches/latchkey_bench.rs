@@ -134,15 +134,15 @@ async fn bench(redis_url: String) -> Result<Vec<String>, String> {
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "?".into());
-    let pool = POOL_SIZE.to_string();
-    let config = Config::with_overrides(&[
-        ("listen", "127.0.0.1:0"),
-        ("redis_url", &redis_url),
-        ("log", "warn"),
-        ("max_waiters", "100000"),
-        ("redis_pool_size", &pool),
-    ])
-    .map_err(|e| e.to_string())?;
+    let config = Config {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        redis_urls: vec![redis_url],
+        log: "warn".into(),
+        max_waiters: 100_000,
+        redis_pool_size: POOL_SIZE,
+        ..Config::default()
+    };
+    config.validate().map_err(|e| e.to_string())?;
 
     // The direct path: the same scripts through the plain Rust API, over a
     // store built exactly as the service builds its own.

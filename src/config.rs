@@ -1,17 +1,26 @@
 //! Typed settings: defaults, then an optional TOML file, then `LATCHKEY_*`
-//! environment variables, then command-line flags (API.md §11).
+//! environment variables, then command-line flags.
 //!
-//! Every setting is first collected as text together with where it came
-//! from, then parsed and validated in one place, so that a bad value stops
-//! the process with a message naming the setting, its source and the fix.
+//! [`Config`] is one struct: clap reads its flags and environment variables
+//! (and writes `--help` from the doc comments), serde reads the TOML file
+//! under them. Cross-field rules are checked by hand in one place, and a bad
+//! value stops the process with a message naming the setting and where its
+//! value came from (the file, the variable or the flag).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use clap::parser::ValueSource;
+use clap::{Args, Command, CommandFactory, FromArgMatches, Parser};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
 /// How latchkey reaches its main Redis deployment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RedisMode {
     Standalone,
     Sentinel,
@@ -19,12 +28,14 @@ pub enum RedisMode {
 }
 
 impl RedisMode {
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "standalone" => Some(Self::Standalone),
-            "sentinel" => Some(Self::Sentinel),
-            "cluster" => Some(Self::Cluster),
-            _ => None,
+    fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "standalone" => Ok(Self::Standalone),
+            "sentinel" => Ok(Self::Sentinel),
+            "cluster" => Ok(Self::Cluster),
+            _ => Err(format!(
+                "must be standalone, sentinel or cluster, got {s:?}"
+            )),
         }
     }
 }
@@ -40,46 +51,134 @@ pub enum CorsOrigins {
     Disabled,
 }
 
-/// The validated configuration of one latchkey process.
-#[derive(Debug, Clone)]
+impl CorsOrigins {
+    /// `*`, `none` (or nothing), or a list of origins.
+    fn from_list(list: Vec<String>) -> Self {
+        match list.as_slice() {
+            [] => Self::Disabled,
+            [one] if one == "*" => Self::Any,
+            [one] if one == "none" => Self::Disabled,
+            _ => Self::List(list),
+        }
+    }
+}
+
+/// The configuration of one latchkey process. Each field is a setting: its
+/// TOML key is the field name (`redis_url` for `redis_urls`), its variable
+/// `LATCHKEY_` + the key in upper case, its flag `--` + the key in kebab case.
+#[derive(Debug, Clone, Args, Serialize, Deserialize)]
+#[command(next_help_heading = "Settings")]
 pub struct Config {
-    /// HTTP listen address; port 0 picks a free port (tests).
+    /// HTTP listen address; port 0 picks a free port.
+    #[arg(long, env = "LATCHKEY_LISTEN", default_value = "0.0.0.0:8080", value_parser = address)]
+    #[serde(deserialize_with = "de_address")]
     pub listen: SocketAddr,
-    /// Node URLs of the main Redis (one for standalone; several for
-    /// Sentinel/Cluster). Empty means dev mode: latchkey starts its own.
+    /// Main Redis node URLs, comma-separated (several for Sentinel/Cluster); unset = dev mode.
+    #[arg(
+        id = "redis_url",
+        long = "redis-url",
+        env = "LATCHKEY_REDIS_URL",
+        value_name = "URLS",
+        value_delimiter = ','
+    )]
+    #[serde(rename = "redis_url", deserialize_with = "de_list")]
     pub redis_urls: Vec<String>,
+    /// How the main Redis is deployed: standalone, sentinel or cluster.
+    #[arg(long, env = "LATCHKEY_REDIS_MODE", default_value = "standalone", value_parser = RedisMode::parse)]
+    #[serde(deserialize_with = "de_mode")]
     pub redis_mode: RedisMode,
+    /// Master name the Sentinels know the main Redis by (Sentinel mode).
+    #[arg(long, env = "LATCHKEY_SENTINEL_MASTER", default_value = "mymaster")]
+    #[serde(deserialize_with = "de_string")]
     pub sentinel_master: String,
-    /// Independent Redis nodes for `/redlocks` (0, or at least 3).
+    /// Independent Redis node URLs for /redlocks, comma-separated: none, or at least 3.
+    #[arg(
+        long,
+        env = "LATCHKEY_REDLOCK_NODES",
+        value_name = "URLS",
+        value_delimiter = ','
+    )]
+    #[serde(deserialize_with = "de_list")]
     pub redlock_nodes: Vec<String>,
     /// Prefix of every Redis key and pub/sub channel.
+    #[arg(long, env = "LATCHKEY_KEY_PREFIX", default_value = "latchkey:")]
+    #[serde(deserialize_with = "de_string")]
     pub key_prefix: String,
-    /// Largest `wait_ms` a request may ask for.
+    /// Largest wait_ms a request may ask for.
+    #[arg(long, env = "LATCHKEY_MAX_WAIT_MS", default_value = "60000", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub max_wait_ms: u64,
-    /// How long a fair-lock waiter keeps its place between polls.
+    /// How long a fair-lock waiter keeps its place in the queue between polls.
+    #[arg(long, env = "LATCHKEY_QUEUE_GRACE_MS", default_value = "5000", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub queue_grace_ms: u64,
-    /// Open waits per instance before 429 `too-many-waiters`.
+    /// Open waits per instance before 429 too-many-waiters.
+    #[arg(long, env = "LATCHKEY_MAX_WAITERS", default_value = "10000", value_parser = whole::<usize>)]
+    #[serde(deserialize_with = "de_whole")]
     pub max_waiters: usize,
-    /// Replicas that must acknowledge each write (Redis `WAIT`); 0 = none.
+    /// Replicas that must acknowledge each write (Redis WAIT); 0 = none.
+    #[arg(long, env = "LATCHKEY_MIN_REPLICAS", default_value = "0", value_parser = whole::<u32>)]
+    #[serde(deserialize_with = "de_whole")]
     pub min_replicas: u32,
-    /// `tracing` filter directive for the JSON logs.
+    /// Log filter (tracing EnvFilter syntax); logs are JSON on stdout.
+    #[arg(long, env = "LATCHKEY_LOG", default_value = "info")]
+    #[serde(deserialize_with = "de_string")]
     pub log: String,
-    /// Lease used when a request omits `lease_ms`.
+    /// Lease used when a request omits lease_ms.
+    #[arg(long, env = "LATCHKEY_DEFAULT_LEASE_MS", default_value = "30000", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub default_lease_ms: u64,
+    /// Smallest lease_ms accepted.
+    #[arg(long, env = "LATCHKEY_MIN_LEASE_MS", default_value = "500", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub min_lease_ms: u64,
+    /// Largest lease_ms accepted.
+    #[arg(long, env = "LATCHKEY_MAX_LEASE_MS", default_value = "86400000", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub max_lease_ms: u64,
-    /// Pooled Redis connections per instance. Each request holds one only
-    /// for the duration of one script call, never while it waits.
+    /// Pooled Redis connections per instance (held per script call, never while waiting).
+    #[arg(long, env = "LATCHKEY_REDIS_POOL_SIZE", default_value = "32", value_parser = whole::<usize>)]
+    #[serde(deserialize_with = "de_whole")]
     pub redis_pool_size: usize,
     /// Time allowed to open a TCP (and TLS) connection to Redis.
+    #[arg(long, env = "LATCHKEY_REDIS_CONNECT_TIMEOUT_MS", default_value = "1000", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub redis_connect_timeout_ms: u64,
     /// Time allowed for one Redis reply before the request answers 503.
+    #[arg(long, env = "LATCHKEY_REDIS_RESPONSE_TIMEOUT_MS", default_value = "2000", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub redis_response_timeout_ms: u64,
+    /// Browser origins allowed by CORS: *, a comma-separated origin list, or none.
+    #[arg(long, env = "LATCHKEY_CORS_ORIGINS", default_value = "*", value_parser = cors)]
+    #[serde(serialize_with = "ser_cors", deserialize_with = "de_cors")]
     pub cors_origins: CorsOrigins,
-    /// Largest request body accepted (413 `body-too-large` above it).
+    /// Largest request body accepted (413 body-too-large above it).
+    #[arg(long, env = "LATCHKEY_MAX_BODY_BYTES", default_value = "65536", value_parser = whole::<usize>)]
+    #[serde(deserialize_with = "de_whole")]
     pub max_body_bytes: usize,
     /// How long a graceful shutdown may take before the process exits.
+    #[arg(long, env = "LATCHKEY_SHUTDOWN_GRACE_MS", default_value = "10000", value_parser = whole::<u64>)]
+    #[serde(deserialize_with = "de_whole")]
     pub shutdown_grace_ms: u64,
+}
+
+/// The command line: the settings plus what is not a setting.
+#[derive(Debug, Parser)]
+#[command(
+    name = "latchkey",
+    version,
+    about = "latchkey: distributed locks and synchronizers over HTTP, backed by Redis",
+    after_help = "Settings: defaults < TOML file (--config or LATCHKEY_CONFIG) < environment < flags."
+)]
+struct Cli {
+    /// TOML file of settings (keys as in latchkey.example.toml).
+    #[arg(long, env = "LATCHKEY_CONFIG", value_name = "FILE")]
+    config: Option<String>,
+    /// Print the OpenAPI document and exit.
+    #[arg(long)]
+    print_openapi: bool,
+    #[command(flatten)]
+    settings: Config,
 }
 
 impl Config {
@@ -96,110 +195,131 @@ impl Config {
         Duration::from_millis(self.redis_response_timeout_ms)
     }
 
-    /// A configuration for tests and embedding: defaults, then `overrides`
-    /// given as `(setting, value)` pairs, validated like any other source.
-    pub fn with_overrides(overrides: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let mut raw = Raw::defaults();
-        for (key, value) in overrides {
-            raw.set(key, value, Source::Override)?;
+    /// Checks a configuration built in code (tests, embedding) by the same
+    /// rules as one read from the process; errors name the setting's key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check(&Sources::default())
+    }
+
+    fn check(&self, sources: &Sources) -> Result<(), ConfigError> {
+        let fail = |message: String| Err(ConfigError(message));
+        let range = |key: &str, value: u64, min: u64, max: u64| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                fail(format!(
+                    "{} must be between {min} and {max}, got {value}",
+                    sources.describe(key)
+                ))
+            }
+        };
+
+        let redis_url = sources.describe("redis_url");
+        if self.redis_urls.is_empty() && sources.given("redis_url") {
+            return fail(format!(
+                "{redis_url} is set but empty; unset it for dev mode or give a redis:// URL"
+            ));
         }
-        raw.finish()
+        for url in &self.redis_urls {
+            check_redis_url(url, &redis_url)?;
+        }
+        if self.redis_mode == RedisMode::Standalone && self.redis_urls.len() > 1 {
+            return fail(format!(
+                "{redis_url} has {} URLs, but redis_mode is standalone (one URL); \
+                 set LATCHKEY_REDIS_MODE=sentinel or cluster for several",
+                self.redis_urls.len()
+            ));
+        }
+        let redlock = sources.describe("redlock_nodes");
+        for url in &self.redlock_nodes {
+            check_redis_url(url, &redlock)?;
+        }
+        if matches!(self.redlock_nodes.len(), 1 | 2) {
+            return fail(format!(
+                "{redlock} lists {} node(s); RedLock needs at least 3 independent nodes (an odd number is best), or none",
+                self.redlock_nodes.len()
+            ));
+        }
+
+        let prefix = &self.key_prefix;
+        if prefix.is_empty()
+            || prefix.len() > 64
+            || !prefix
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !b"{}*?[]\\".contains(&b))
+        {
+            return fail(format!(
+                "{} must be 1-64 printable ASCII characters without braces, glob characters or spaces, got {prefix:?}",
+                sources.describe("key_prefix")
+            ));
+        }
+
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
+            return fail(format!(
+                "{} {:?} is not a valid log filter: {e}",
+                sources.describe("log"),
+                self.log
+            ));
+        }
+
+        if let CorsOrigins::List(origins) = &self.cors_origins {
+            for origin in origins {
+                let ok = (origin.starts_with("http://") || origin.starts_with("https://"))
+                    && axum::http::HeaderValue::from_str(origin).is_ok();
+                if !ok {
+                    return fail(format!(
+                        "cors_origins entry {origin:?} must be an origin like https://app.example.com"
+                    ));
+                }
+            }
+        }
+
+        let (min, max) = (self.min_lease_ms, self.max_lease_ms);
+        #[rustfmt::skip]
+        let ranges: [(&str, u64, u64, u64); 11] = [
+            ("min_lease_ms", min, 1, u64::MAX),
+            ("max_lease_ms", max, 1, 365 * 86_400_000),
+            ("redis_response_timeout_ms", self.redis_response_timeout_ms, 10, 60_000),
+            ("min_replicas", self.min_replicas.into(), 0, 100),
+            ("max_wait_ms", self.max_wait_ms, 0, 86_400_000),
+            ("queue_grace_ms", self.queue_grace_ms, 100, 3_600_000),
+            ("max_waiters", self.max_waiters as u64, 1, 10_000_000),
+            ("redis_pool_size", self.redis_pool_size as u64, 1, 4096),
+            ("redis_connect_timeout_ms", self.redis_connect_timeout_ms, 10, 60_000),
+            ("max_body_bytes", self.max_body_bytes as u64, 1024, 16 * 1024 * 1024),
+            ("shutdown_grace_ms", self.shutdown_grace_ms, 0, 600_000),
+        ];
+        for (key, value, low, high) in ranges {
+            range(key, value, low, high)?;
+        }
+        if min > max {
+            return fail(format!(
+                "min_lease_ms ({min}) is larger than max_lease_ms ({max})"
+            ));
+        }
+        range("default_lease_ms", self.default_lease_ms, min, max)
     }
 }
 
-/// One row per setting: key (TOML key; env var is `LATCHKEY_` + upper case;
-/// flag is `--` + kebab case), default (`None` = unset), and help text.
-pub const SETTINGS: &[(&str, Option<&str>, &str)] = &[
-    ("listen", Some("0.0.0.0:8080"), "HTTP listen address"),
-    (
-        "redis_url",
-        None,
-        "redis:// or rediss:// URL (Sentinel/Cluster: comma-separated node URLs); unset = dev mode",
-    ),
-    (
-        "redis_mode",
-        Some("standalone"),
-        "standalone, sentinel or cluster",
-    ),
-    (
-        "sentinel_master",
-        Some("mymaster"),
-        "master name in Sentinel mode",
-    ),
-    (
-        "redlock_nodes",
-        Some(""),
-        "comma-separated independent Redis URLs for /redlocks",
-    ),
-    (
-        "key_prefix",
-        Some("latchkey:"),
-        "prefix of every Redis key and channel",
-    ),
-    ("max_wait_ms", Some("60000"), "largest wait_ms accepted"),
-    (
-        "queue_grace_ms",
-        Some("5000"),
-        "fair-queue place kept between polls",
-    ),
-    (
-        "max_waiters",
-        Some("10000"),
-        "open waits per instance before 429 too-many-waiters",
-    ),
-    (
-        "min_replicas",
-        Some("0"),
-        "replicas that must acknowledge each write (Redis WAIT)",
-    ),
-    (
-        "log",
-        Some("info"),
-        "log filter (tracing EnvFilter syntax); logs are JSON",
-    ),
-    (
-        "default_lease_ms",
-        Some("30000"),
-        "lease when a request omits lease_ms",
-    ),
-    ("min_lease_ms", Some("500"), "smallest lease_ms accepted"),
-    (
-        "max_lease_ms",
-        Some("86400000"),
-        "largest lease_ms accepted",
-    ),
-    (
-        "redis_pool_size",
-        Some("32"),
-        "pooled Redis connections per instance",
-    ),
-    (
-        "redis_connect_timeout_ms",
-        Some("1000"),
-        "Redis connect timeout",
-    ),
-    (
-        "redis_response_timeout_ms",
-        Some("2000"),
-        "Redis reply timeout (then 503)",
-    ),
-    (
-        "cors_origins",
-        Some("*"),
-        "CORS: *, a comma-separated origin list, or none",
-    ),
-    ("max_body_bytes", Some("65536"), "largest request body"),
-    (
-        "shutdown_grace_ms",
-        Some("10000"),
-        "longest graceful shutdown",
-    ),
-];
+impl Default for Config {
+    /// Every setting at its default (dev mode), ignoring the environment.
+    fn default() -> Self {
+        let command = without_env(Config::augment_args(Command::new("latchkey")));
+        let matches = command
+            .try_get_matches_from(["latchkey"])
+            .expect("the defaults parse");
+        Config::from_arg_matches(&matches).expect("the defaults parse")
+    }
+}
 
 /// What the command line asked for.
 #[derive(Debug)]
 pub enum Invocation {
-    Run(Box<Config>),
+    /// Serve with this configuration; log the warnings once logging is up.
+    Run {
+        config: Box<Config>,
+        warnings: Vec<String>,
+    },
     Help,
     Version,
     PrintOpenApi,
@@ -221,255 +341,317 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Clone)]
 enum Source {
     Default,
+    /// The TOML file at this path.
     File(String),
-    Env,
-    Flag,
-    Override,
+    /// This environment variable or flag.
+    Named(String),
 }
 
-#[derive(Debug)]
-struct Raw {
-    values: BTreeMap<&'static str, (String, Source)>,
-}
+/// The source of each setting by key; a key missing here was set in code.
+#[derive(Debug, Default)]
+struct Sources(HashMap<String, Source>);
 
-fn env_name(key: &str) -> String {
-    format!("LATCHKEY_{}", key.to_ascii_uppercase())
-}
+impl Sources {
+    fn describe(&self, key: &str) -> String {
+        match self.0.get(key) {
+            Some(Source::Default) => format!("default of {key}"),
+            Some(Source::File(path)) => format!("`{key}` in {path}"),
+            Some(Source::Named(name)) => name.clone(),
+            None => key.to_string(),
+        }
+    }
 
-fn flag_name(key: &str) -> String {
-    format!("--{}", key.replace('_', "-"))
-}
-
-fn describe(key: &str, source: &Source) -> String {
-    match source {
-        Source::Default => format!("default of {key}"),
-        Source::File(path) => format!("`{key}` in {path}"),
-        Source::Env => env_name(key),
-        Source::Flag => flag_name(key),
-        Source::Override => key.to_string(),
+    /// Set by the file, the environment or a flag (not a default).
+    fn given(&self, key: &str) -> bool {
+        matches!(self.0.get(key), Some(Source::File(_) | Source::Named(_)))
     }
 }
 
-impl Raw {
-    fn defaults() -> Self {
-        let values = SETTINGS
-            .iter()
-            .filter_map(|(key, default, _)| {
-                default.map(|d| (*key, (d.to_string(), Source::Default)))
-            })
-            .collect();
-        Raw { values }
-    }
+/// The command line parser, with environment values kept out of `--help`
+/// (a Redis URL may hold a password).
+fn command() -> Command {
+    Cli::command().mut_args(|arg| arg.hide_env_values(true))
+}
 
-    fn set(&mut self, key: &str, value: &str, source: Source) -> Result<(), ConfigError> {
-        let Some((known, _, _)) = SETTINGS.iter().find(|(k, _, _)| *k == key) else {
-            return Err(ConfigError(format!(
-                "unknown setting `{key}` (from {}); known settings: {}",
-                describe(key, &source),
-                SETTINGS
-                    .iter()
-                    .map(|(k, _, _)| *k)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+fn without_env(command: Command) -> Command {
+    command.mut_args(|arg| arg.env(None::<&str>))
+}
+
+/// The TOML keys of all settings (clap's argument ids).
+fn setting_keys() -> Vec<String> {
+    Config::augment_args(Command::new("latchkey"))
+        .get_arguments()
+        .map(|arg| arg.get_id().to_string())
+        .collect()
+}
+
+/// Help text listing every setting with its flag, variable and default.
+pub fn usage() -> String {
+    command().render_help().to_string()
+}
+
+/// Parses `args` (with the program name first) and the environment the
+/// `command` captured into what the process should do. `read_file` reads
+/// the TOML file.
+fn parse(
+    command: Command,
+    args: Vec<OsString>,
+    read_file: impl Fn(&str) -> std::io::Result<String>,
+) -> Result<Invocation, ConfigError> {
+    let matches = match command.clone().try_get_matches_from(&args) {
+        Ok(matches) => matches,
+        Err(e) => return clap_error(e, &command, &args),
+    };
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| ConfigError(e.to_string()))?;
+    if cli.print_openapi {
+        return Ok(Invocation::PrintOpenApi);
+    }
+    let mut sources = Sources::default();
+    for arg in command.get_arguments() {
+        let key = arg.get_id().as_str();
+        let source = match matches.value_source(key) {
+            Some(ValueSource::DefaultValue) => Source::Default,
+            Some(ValueSource::EnvVariable) => {
+                Source::Named(arg.get_env().unwrap_or_default().to_string_lossy().into())
+            }
+            Some(_) => Source::Named(format!("--{}", arg.get_long().unwrap_or(key))),
+            None => continue,
         };
-        self.values.insert(known, (value.to_string(), source));
-        Ok(())
+        sources.0.insert(key.to_string(), source);
     }
+    let mut config = cli.settings;
+    if let Some(path) = cli.config {
+        let text = read_file(&path)
+            .map_err(|e| ConfigError(format!("cannot read config file {path}: {e}")))?;
+        config = apply_file(config, &mut sources, &path, &text)?;
+    }
+    config.redis_urls = clean_list(config.redis_urls);
+    config.redlock_nodes = clean_list(config.redlock_nodes);
+    config.check(&sources)?;
+    Ok(Invocation::Run {
+        config: Box::new(config),
+        warnings: Vec::new(),
+    })
+}
 
-    fn apply_toml(&mut self, path: &str, text: &str) -> Result<(), ConfigError> {
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e| ConfigError(format!("cannot parse config file {path}: {e}")))?;
-        for (key, value) in table {
-            let text = match value {
-                toml::Value::String(s) => s,
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                toml::Value::Array(items) => items
-                    .iter()
-                    .map(|v| match v {
-                        toml::Value::String(s) => Ok(s.clone()),
-                        other => Err(ConfigError(format!(
-                            "`{key}` in {path}: list items must be strings, got {other}"
-                        ))),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?
-                    .join(","),
-                other => {
-                    return Err(ConfigError(format!(
-                        "`{key}` in {path}: expected a string, integer or list, got {other}"
-                    )));
+/// Lays the TOML file's settings over `config` where neither a variable nor
+/// a flag set them.
+fn apply_file(
+    config: Config,
+    sources: &mut Sources,
+    path: &str,
+    text: &str,
+) -> Result<Config, ConfigError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| ConfigError(format!("cannot parse config file {path}: {e}")))?;
+    let keys = setting_keys();
+    let mut merged = serde_json::to_value(&config).expect("a Config serializes");
+    for (key, value) in table {
+        if !keys.contains(&key) {
+            return Err(ConfigError(format!(
+                "unknown setting `{key}` in {path}; known settings: {}",
+                keys.join(", ")
+            )));
+        }
+        if sources.given(&key) {
+            continue;
+        }
+        merged[&key] = serde_json::to_value(value).expect("a TOML value serializes");
+        // One key at a time, so that an error names the key at fault.
+        serde_json::from_value::<Config>(merged.clone())
+            .map_err(|e| ConfigError(format!("`{key}` in {path} {e}")))?;
+        sources.0.insert(key, Source::File(path.to_string()));
+    }
+    Ok(serde_json::from_value(merged).expect("every key was checked"))
+}
+
+/// Turns clap's verdict into an invocation or an error that names where the
+/// bad value came from (clap's own message names only the flag).
+fn clap_error(
+    e: clap::Error,
+    command: &Command,
+    args: &[OsString],
+) -> Result<Invocation, ConfigError> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let invalid_arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.split_whitespace().next().map(str::to_string),
+        _ => None,
+    };
+    let message = match (e.kind(), invalid_arg) {
+        (ErrorKind::DisplayHelp, _) => return Ok(Invocation::Help),
+        (ErrorKind::DisplayVersion, _) => return Ok(Invocation::Version),
+        (ErrorKind::UnknownArgument, Some(arg)) if arg.starts_with('-') => {
+            match e.get(ContextKind::SuggestedArg) {
+                Some(ContextValue::String(known)) => {
+                    format!("unknown flag {arg}; did you mean {known}?")
                 }
+                _ => format!("unknown flag {arg}; see latchkey --help"),
+            }
+        }
+        (ErrorKind::UnknownArgument, Some(arg)) => {
+            format!("unexpected argument {arg:?}; see latchkey --help")
+        }
+        (ErrorKind::ValueValidation, Some(flag)) => {
+            // clap takes a variable's value only when the flag is absent.
+            let on_command_line = args.iter().any(|a| {
+                let a = a.to_string_lossy();
+                a == flag || a.starts_with(&format!("{flag}="))
+            });
+            let env = command
+                .get_arguments()
+                .find(|arg| arg.get_long().is_some_and(|l| flag == format!("--{l}")))
+                .and_then(|arg| arg.get_env());
+            let source = match env {
+                Some(name) if !on_command_line => name.to_string_lossy().into_owned(),
+                _ => flag,
             };
-            self.set(&key, &text, Source::File(path.to_string()))?;
+            let reason = std::error::Error::source(&e)
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            format!("{source} {reason}")
         }
-        Ok(())
-    }
-
-    fn get(&self, key: &'static str) -> Option<&(String, Source)> {
-        self.values.get(key)
-    }
-
-    fn text(&self, key: &'static str) -> &str {
-        self.get(key).map(|(v, _)| v.as_str()).unwrap_or("")
-    }
-
-    fn int(&self, key: &'static str, min: u64, max: u64) -> Result<u64, ConfigError> {
-        let (value, source) = self.get(key).expect("every integer setting has a default");
-        let parsed: u64 = value.trim().parse().map_err(|_| {
-            ConfigError(format!(
-                "{} must be a whole number, got {value:?}",
-                describe(key, source)
-            ))
-        })?;
-        if parsed < min || parsed > max {
-            return Err(ConfigError(format!(
-                "{} must be between {min} and {max}, got {parsed}",
-                describe(key, source)
-            )));
+        _ => {
+            let text = e.render().to_string();
+            let first_line = text.lines().next().unwrap_or_default();
+            first_line.trim_start_matches("error: ").to_string()
         }
-        Ok(parsed)
-    }
+    };
+    Err(ConfigError(message))
+}
 
-    fn finish(self) -> Result<Config, ConfigError> {
-        let listen_src = self.get("listen").expect("default");
-        let listen: SocketAddr = listen_src.0.trim().parse().map_err(|_| {
-            ConfigError(format!(
-                "{} must be an address like 0.0.0.0:8080, got {:?}",
-                describe("listen", &listen_src.1),
-                listen_src.0
-            ))
-        })?;
-
-        let mode_src = self.get("redis_mode").expect("default");
-        let redis_mode = RedisMode::parse(mode_src.0.trim()).ok_or_else(|| {
-            ConfigError(format!(
-                "{} must be standalone, sentinel or cluster, got {:?}",
-                describe("redis_mode", &mode_src.1),
-                mode_src.0
-            ))
-        })?;
-
-        let redis_urls = match self.get("redis_url") {
-            None => Vec::new(),
-            Some((value, source)) => {
-                let urls = split_list(value);
-                if urls.is_empty() {
-                    return Err(ConfigError(format!(
-                        "{} is set but empty; unset it for dev mode or give a redis:// URL",
-                        describe("redis_url", source)
-                    )));
-                }
-                for url in &urls {
-                    check_redis_url(url, &describe("redis_url", source))?;
-                }
-                if redis_mode == RedisMode::Standalone && urls.len() != 1 {
-                    return Err(ConfigError(format!(
-                        "{} has {} URLs, but redis_mode is standalone (one URL); \
-                         set LATCHKEY_REDIS_MODE=sentinel or cluster for several",
-                        describe("redis_url", source),
-                        urls.len()
-                    )));
-                }
-                urls
-            }
-        };
-        let (nodes_text, nodes_source) = self.get("redlock_nodes").expect("default");
-        let redlock_nodes = split_list(nodes_text);
-        for url in &redlock_nodes {
-            check_redis_url(url, &describe("redlock_nodes", nodes_source))?;
-        }
-        if matches!(redlock_nodes.len(), 1 | 2) {
-            return Err(ConfigError(format!(
-                "{} lists {} node(s); RedLock needs at least 3 independent nodes (an odd number is best), or none",
-                describe("redlock_nodes", nodes_source),
-                redlock_nodes.len()
-            )));
-        }
-
-        let (prefix, prefix_source) = self.get("key_prefix").expect("default");
-        if prefix.is_empty()
-            || prefix.len() > 64
-            || !prefix
-                .bytes()
-                .all(|b| b.is_ascii_graphic() && !b"{}*?[]\\".contains(&b))
-        {
-            return Err(ConfigError(format!(
-                "{} must be 1-64 printable ASCII characters without braces, glob characters or spaces, got {prefix:?}",
-                describe("key_prefix", prefix_source)
-            )));
-        }
-
-        let log = self.text("log").to_string();
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log) {
-            return Err(ConfigError(format!(
-                "LATCHKEY_LOG {log:?} is not a valid log filter: {e}"
-            )));
-        }
-
-        let min_lease_ms = self.int("min_lease_ms", 1, u64::MAX)?;
-        let max_lease_ms = self.int("max_lease_ms", 1, 365 * 86_400_000)?;
-        if min_lease_ms > max_lease_ms {
-            return Err(ConfigError(format!(
-                "min_lease_ms ({min_lease_ms}) is larger than max_lease_ms ({max_lease_ms})"
-            )));
-        }
-        let default_lease_ms = self.int("default_lease_ms", min_lease_ms, max_lease_ms)?;
-
-        let redis_response_timeout_ms = self.int("redis_response_timeout_ms", 10, 60_000)?;
-        let min_replicas = self.int("min_replicas", 0, 100)? as u32;
-
-        let cors_text = self.text("cors_origins").trim();
-        let cors_origins = match cors_text {
-            "*" => CorsOrigins::Any,
-            "" | "none" => CorsOrigins::Disabled,
-            list => {
-                let origins = split_list(list);
-                for origin in &origins {
-                    let ok = (origin.starts_with("http://") || origin.starts_with("https://"))
-                        && axum::http::HeaderValue::from_str(origin).is_ok();
-                    if !ok {
-                        return Err(ConfigError(format!(
-                            "cors_origins entry {origin:?} must be an origin like https://app.example.com"
-                        )));
-                    }
-                }
-                CorsOrigins::List(origins)
-            }
-        };
-
-        Ok(Config {
-            listen,
-            redis_urls,
-            redis_mode,
-            sentinel_master: self.text("sentinel_master").to_string(),
-            redlock_nodes,
-            key_prefix: prefix.clone(),
-            max_wait_ms: self.int("max_wait_ms", 0, 86_400_000)?,
-            queue_grace_ms: self.int("queue_grace_ms", 100, 3_600_000)?,
-            max_waiters: self.int("max_waiters", 1, 10_000_000)? as usize,
-            min_replicas,
-            log,
-            default_lease_ms,
-            min_lease_ms,
-            max_lease_ms,
-            redis_pool_size: self.int("redis_pool_size", 1, 4096)? as usize,
-            redis_connect_timeout_ms: self.int("redis_connect_timeout_ms", 10, 60_000)?,
-            redis_response_timeout_ms,
-            cors_origins,
-            max_body_bytes: self.int("max_body_bytes", 1024, 16 * 1024 * 1024)? as usize,
-            shutdown_grace_ms: self.int("shutdown_grace_ms", 0, 600_000)?,
+/// Warnings for `LATCHKEY_*` variables that are no setting, each naming
+/// the closest known variable.
+fn unknown_variables(known: &[String], names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut unknown: Vec<String> = names
+        .into_iter()
+        .filter(|name| name.starts_with("LATCHKEY_") && !known.contains(name))
+        .collect();
+    unknown.sort();
+    unknown
+        .into_iter()
+        .map(|name| {
+            let closest = known
+                .iter()
+                .min_by_key(|k| strsim::levenshtein(k, &name))
+                .expect("there are settings");
+            format!("unknown setting {name}; did you mean {closest}?")
         })
+        .collect()
+}
+
+/// [`parse`] over the real process arguments, environment and file system.
+pub fn from_process() -> Result<Invocation, ConfigError> {
+    let command = command();
+    let known: Vec<String> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env())
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect();
+    let mut invocation = parse(command, std::env::args_os().collect(), |path| {
+        std::fs::read_to_string(path)
+    })?;
+    if let Invocation::Run { warnings, .. } = &mut invocation {
+        let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        *warnings = unknown_variables(&known, names);
     }
+    Ok(invocation)
+}
+
+// Value parsers (flags and variables) and serde adapters (the file) that
+// give the same message for the same mistake.
+
+fn whole<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| format!("must be a whole number, got {text:?}"))
+}
+
+fn address(text: &str) -> Result<SocketAddr, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("must be an address like 0.0.0.0:8080, got {text:?}"))
+}
+
+fn cors(text: &str) -> Result<CorsOrigins, String> {
+    Ok(CorsOrigins::from_list(split_list(text)))
 }
 
 fn split_list(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(str::trim)
+    clean_list(text.split(',').map(str::to_string).collect())
+}
+
+fn clean_list(items: Vec<String>) -> Vec<String> {
+    items
+        .iter()
+        .map(|s| s.trim())
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+fn de_whole<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<T, D::Error> {
+    let value = Value::deserialize(d)?;
+    let number = match &value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    number
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| serde::de::Error::custom(format!("must be a whole number, got {value}")))
+}
+
+/// A string; a number is taken as its text.
+fn de_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => s,
+        other => other.to_string(),
+    })
+}
+
+fn de_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    address(&de_string(d)?).map_err(serde::de::Error::custom)
+}
+
+fn de_mode<'de, D: Deserializer<'de>>(d: D) -> Result<RedisMode, D::Error> {
+    RedisMode::parse(&de_string(d)?).map_err(serde::de::Error::custom)
+}
+
+/// A list of strings, or one string of comma-separated items.
+fn de_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let list = match Value::deserialize(d)? {
+        Value::String(s) => vec![s],
+        Value::Array(items) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s),
+                other => Err(serde::de::Error::custom(format!(
+                    "list items must be strings, got {other}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(serde::de::Error::custom(format!(
+                "must be a string or a list of strings, got {other}"
+            )));
+        }
+    };
+    Ok(split_list(&list.join(",")))
+}
+
+fn de_cors<'de, D: Deserializer<'de>>(d: D) -> Result<CorsOrigins, D::Error> {
+    de_list(d).map(CorsOrigins::from_list)
+}
+
+fn ser_cors<S: Serializer>(cors: &CorsOrigins, s: S) -> Result<S::Ok, S::Error> {
+    match cors {
+        CorsOrigins::Any => s.serialize_str("*"),
+        CorsOrigins::Disabled => s.serialize_str("none"),
+        CorsOrigins::List(origins) => origins.serialize(s),
+    }
 }
 
 fn check_redis_url(url: &str, what: &str) -> Result<(), ConfigError> {
@@ -499,172 +681,120 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// Help text listing every setting with its env var and flag.
-pub fn usage() -> String {
-    let mut out = String::from(
-        "latchkey: distributed locks and synchronizers over HTTP, backed by Redis\n\n\
-         USAGE: latchkey [--config FILE] [--SETTING VALUE]...\n\
-         \x20      latchkey --print-openapi   print the OpenAPI document and exit\n\n\
-         Settings: defaults < TOML file (--config or LATCHKEY_CONFIG) < environment < flags.\n\n",
-    );
-    for (key, default, help) in SETTINGS {
-        out.push_str(&format!(
-            "  {:<34} {:<38} {}{}\n",
-            flag_name(key),
-            env_name(key),
-            help,
-            match default {
-                Some(d) if !d.is_empty() => format!(" [default: {d}]"),
-                _ => String::new(),
-            }
-        ));
-    }
-    out
-}
-
-/// Parses the command line and environment into what the process should do.
-/// `args` excludes the program name. `read_file` reads the TOML file.
-pub fn parse(
-    args: &[String],
-    env: &HashMap<String, String>,
-    read_file: impl Fn(&str) -> std::io::Result<String>,
-) -> Result<Invocation, ConfigError> {
-    let mut flags: Vec<(String, String)> = Vec::new();
-    let mut config_file = env.get("LATCHKEY_CONFIG").cloned();
-    let mut i = 0;
-    while i < args.len() {
-        let arg = &args[i];
-        match arg.as_str() {
-            "-h" | "--help" => return Ok(Invocation::Help),
-            "-V" | "--version" => return Ok(Invocation::Version),
-            "--print-openapi" => return Ok(Invocation::PrintOpenApi),
-            _ => {}
-        }
-        let Some(stripped) = arg.strip_prefix("--") else {
-            return Err(ConfigError(format!(
-                "unexpected argument {arg:?}; see latchkey --help"
-            )));
-        };
-        let (name, value) = match stripped.split_once('=') {
-            Some((n, v)) => (n.to_string(), v.to_string()),
-            None => {
-                i += 1;
-                let value = args
-                    .get(i)
-                    .ok_or_else(|| ConfigError(format!("flag --{stripped} needs a value")))?;
-                (stripped.to_string(), value.clone())
-            }
-        };
-        if name == "config" {
-            config_file = Some(value);
-        } else {
-            flags.push((name.replace('-', "_"), value));
-        }
-        i += 1;
-    }
-
-    let mut raw = Raw::defaults();
-    if let Some(path) = config_file {
-        let text = read_file(&path)
-            .map_err(|e| ConfigError(format!("cannot read config file {path}: {e}")))?;
-        raw.apply_toml(&path, &text)?;
-    }
-    for (key, _, _) in SETTINGS {
-        if let Some(value) = env.get(&env_name(key)) {
-            raw.set(key, value, Source::Env)?;
-        }
-    }
-    for (key, value) in flags {
-        if !SETTINGS.iter().any(|(k, _, _)| *k == key) {
-            return Err(ConfigError(format!(
-                "unknown flag --{}; see latchkey --help",
-                key.replace('_', "-")
-            )));
-        }
-        raw.set(&key, &value, Source::Flag)?;
-    }
-    raw.finish().map(|c| Invocation::Run(Box::new(c)))
-}
-
-/// [`parse`] over the real process arguments, environment and file system.
-pub fn from_process() -> Result<Invocation, ConfigError> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let env: HashMap<String, String> = std::env::vars().collect();
-    parse(&args, &env, |p| std::fs::read_to_string(p))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(args: &[&str], env: &[(&str, &str)], file: Option<&str>) -> Result<Config, ConfigError> {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let env: HashMap<String, String> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+    /// Parses flags and an optional file, ignoring the process environment
+    /// (environment variables are tested through the binary in tests/api).
+    fn run(args: &[&str], file: Option<&str>) -> Result<Config, ConfigError> {
+        let args = std::iter::once("latchkey")
+            .chain(args.iter().copied())
+            .map(OsString::from)
             .collect();
         let file = file.map(str::to_string);
-        match parse(&args, &env, |_| {
+        match parse(without_env(command()), args, |_| {
             file.clone()
                 .ok_or_else(|| std::io::Error::other("no such file"))
         })? {
-            Invocation::Run(c) => Ok(*c),
+            Invocation::Run { config, .. } => Ok(*config),
             other => panic!("expected a run, got {other:?}"),
         }
     }
 
     #[test]
     fn defaults_match_the_contract() {
-        let c = run(&[], &[], None).unwrap();
+        let c = Config::default();
         assert_eq!(c.listen.to_string(), "0.0.0.0:8080");
         assert!(c.dev_mode());
+        assert_eq!(c.redis_mode, RedisMode::Standalone);
+        assert_eq!(c.sentinel_master, "mymaster");
+        assert!(c.redlock_nodes.is_empty());
         assert_eq!(c.key_prefix, "latchkey:");
         assert_eq!(c.max_wait_ms, 60_000);
         assert_eq!(c.queue_grace_ms, 5_000);
         assert_eq!(c.max_waiters, 10_000);
         assert_eq!(c.min_replicas, 0);
+        assert_eq!(c.log, "info");
         assert_eq!(
             (c.min_lease_ms, c.default_lease_ms, c.max_lease_ms),
             (500, 30_000, 86_400_000)
         );
+        assert_eq!(c.redis_pool_size, 32);
+        assert_eq!(
+            (c.redis_connect_timeout_ms, c.redis_response_timeout_ms),
+            (1000, 2000)
+        );
         assert_eq!(c.cors_origins, CorsOrigins::Any);
+        assert_eq!(c.max_body_bytes, 65_536);
+        assert_eq!(c.shutdown_grace_ms, 10_000);
+        c.validate().unwrap();
+        assert_eq!(run(&[], None).unwrap().max_waiters, 10_000);
     }
 
     #[test]
-    fn flags_override_env_which_overrides_the_file() {
+    fn flags_override_the_file_which_overrides_the_defaults() {
         let file = "max_wait_ms = 1000\nmax_waiters = 7\nkey_prefix = \"file:\"\n";
-        let c = run(
-            &["--config", "x.toml", "--max-wait-ms", "3000"],
-            &[
-                ("LATCHKEY_MAX_WAIT_MS", "2000"),
-                ("LATCHKEY_MAX_WAITERS", "9"),
-            ],
-            Some(file),
-        )
-        .unwrap();
+        let c = run(&["--config", "x.toml", "--max-wait-ms", "3000"], Some(file)).unwrap();
         assert_eq!(c.max_wait_ms, 3000);
-        assert_eq!(c.max_waiters, 9);
+        assert_eq!(c.max_waiters, 7);
         assert_eq!(c.key_prefix, "file:");
+        assert_eq!(c.queue_grace_ms, 5000);
     }
 
     #[test]
     fn flag_with_equals_sign_is_accepted() {
-        let c = run(&["--redis-url=redis://127.0.0.1:7000/0"], &[], None).unwrap();
+        let c = run(&["--redis-url=redis://127.0.0.1:7000/0"], None).unwrap();
         assert_eq!(c.redis_urls, vec!["redis://127.0.0.1:7000/0".to_string()]);
         assert!(!c.dev_mode());
     }
 
     #[test]
-    fn lease_range_with_min_above_max_is_rejected() {
-        let err = run(
-            &[],
-            &[
-                ("LATCHKEY_MIN_LEASE_MS", "5000"),
-                ("LATCHKEY_MAX_LEASE_MS", "1000"),
-            ],
+    fn lists_come_comma_separated_or_as_toml_arrays() {
+        let c = run(
+            &["--redlock-nodes", " redis://a:1, redis://b:2,redis://c:3,"],
             None,
         )
-        .unwrap_err();
+        .unwrap();
+        assert_eq!(
+            c.redlock_nodes,
+            ["redis://a:1", "redis://b:2", "redis://c:3"]
+        );
+        let file = "redis_mode = \"cluster\"\n\
+                    redis_url = [\"redis://a:1\", \"redis://b:2\"]\n\
+                    cors_origins = [\"https://a.example\", \"https://b.example\"]\n";
+        let c = run(&["--config", "f"], Some(file)).unwrap();
+        assert_eq!(c.redis_mode, RedisMode::Cluster);
+        assert_eq!(c.redis_urls, ["redis://a:1", "redis://b:2"]);
+        assert_eq!(
+            c.cors_origins,
+            CorsOrigins::List(vec!["https://a.example".into(), "https://b.example".into()])
+        );
+        let c = run(&["--cors-origins", "none"], None).unwrap();
+        assert_eq!(c.cors_origins, CorsOrigins::Disabled);
+    }
+
+    #[test]
+    fn several_urls_need_sentinel_or_cluster_mode() {
+        let err = run(&["--redis-url", "redis://a:1,redis://b:2"], None).unwrap_err();
+        assert!(err.0.contains("redis_mode is standalone"), "{err}");
+        assert!(
+            run(
+                &[
+                    "--redis-url",
+                    "redis://a:1,redis://b:2",
+                    "--redis-mode",
+                    "sentinel"
+                ],
+                None
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn lease_range_with_min_above_max_is_rejected() {
+        let err = run(&["--min-lease-ms", "5000", "--max-lease-ms", "1000"], None).unwrap_err();
         assert!(
             err.0
                 .contains("min_lease_ms (5000) is larger than max_lease_ms (1000)"),
@@ -674,31 +804,24 @@ mod tests {
 
     #[test]
     fn unparsable_redis_url_is_rejected_without_leaking_the_password() {
+        let err = run(&["--redis-url", "http://user:secret@host"], None).unwrap_err();
+        assert!(err.0.contains("--redis-url"), "{err}");
+        assert!(!err.0.contains("secret"), "{err}");
         let err = run(
-            &[],
-            &[("LATCHKEY_REDIS_URL", "http://user:secret@host")],
-            None,
+            &["--config", "f"],
+            Some("redis_url = \"http://u:secret@h\""),
         )
         .unwrap_err();
-        assert!(err.0.contains("LATCHKEY_REDIS_URL"), "{err}");
+        assert!(err.0.contains("`redis_url` in f"), "{err}");
         assert!(!err.0.contains("secret"), "{err}");
     }
 
     #[test]
     fn one_or_two_redlock_nodes_are_a_configuration_error() {
-        let err = run(
-            &[],
-            &[("LATCHKEY_REDLOCK_NODES", "redis://a:1,redis://b:2")],
-            None,
-        )
-        .unwrap_err();
+        let err = run(&["--redlock-nodes", "redis://a:1,redis://b:2"], None).unwrap_err();
         assert!(err.0.contains("at least 3"), "{err}");
         let ok = run(
-            &[],
-            &[(
-                "LATCHKEY_REDLOCK_NODES",
-                "redis://a:1,redis://b:2,redis://c:3",
-            )],
+            &["--redlock-nodes", "redis://a:1,redis://b:2,redis://c:3"],
             None,
         )
         .unwrap();
@@ -706,30 +829,56 @@ mod tests {
     }
 
     #[test]
-    fn bad_numbers_name_the_setting_and_its_source() {
-        let err = run(&["--max-waiters", "lots"], &[], None).unwrap_err();
+    fn bad_values_name_the_setting_and_its_source() {
+        let err = run(&["--max-waiters", "lots"], None).unwrap_err();
         assert!(
             err.0.contains("--max-waiters must be a whole number"),
             "{err}"
         );
-        let err = run(&["--config", "f.toml"], &[], Some("max_wait_ms = -5")).unwrap_err();
+        let err = run(&["--config", "f.toml"], Some("max_wait_ms = -5")).unwrap_err();
         assert!(
             err.0
                 .contains("`max_wait_ms` in f.toml must be a whole number"),
             "{err}"
         );
+        let err = run(&["--redis-mode", "solo"], None).unwrap_err();
+        assert!(err.0.contains("--redis-mode must be standalone"), "{err}");
+        let err = run(&["--config", "f"], Some("listen = \"nowhere\"")).unwrap_err();
+        assert!(err.0.contains("`listen` in f must be an address"), "{err}");
+        let err = run(&["--shutdown-grace-ms", "700000"], None).unwrap_err();
+        assert!(
+            err.0
+                .contains("--shutdown-grace-ms must be between 0 and 600000"),
+            "{err}"
+        );
+        let err = run(&["--config", "f"], Some("queue_grace_ms = 5")).unwrap_err();
+        assert!(
+            err.0.contains("`queue_grace_ms` in f must be between"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_flag_set_value_is_not_checked_against_the_file() {
+        // The file's bad value is overridden, so it never counts.
+        let c = run(
+            &["--config", "f", "--max-waiters", "3"],
+            Some("max_waiters = \"lots\""),
+        )
+        .unwrap();
+        assert_eq!(c.max_waiters, 3);
     }
 
     #[test]
     fn unknown_settings_are_rejected() {
         assert!(
-            run(&["--no-such-thing", "1"], &[], None)
+            run(&["--no-such-thing", "1"], None)
                 .unwrap_err()
                 .0
                 .contains("unknown flag")
         );
         assert!(
-            run(&["--config", "f"], &[], Some("colour = \"red\""))
+            run(&["--config", "f"], Some("colour = \"red\""))
                 .unwrap_err()
                 .0
                 .contains("unknown setting")
@@ -737,19 +886,35 @@ mod tests {
     }
 
     #[test]
+    fn unknown_variables_are_reported_with_the_closest_setting() {
+        let known = vec![
+            "LATCHKEY_MAX_WAITERS".to_string(),
+            "LATCHKEY_MAX_WAIT_MS".to_string(),
+        ];
+        let warnings = unknown_variables(
+            &known,
+            ["LATCHKEY_MAX_WAITERZ", "LATCHKEY_MAX_WAITERS", "HOME"].map(String::from),
+        );
+        assert_eq!(
+            warnings,
+            ["unknown setting LATCHKEY_MAX_WAITERZ; did you mean LATCHKEY_MAX_WAITERS?"]
+        );
+    }
+
+    #[test]
     fn key_prefix_with_braces_or_globs_is_rejected() {
-        assert!(run(&["--key-prefix", "a{b}"], &[], None).is_err());
-        assert!(run(&["--key-prefix", "a*"], &[], None).is_err());
-        assert!(run(&["--key-prefix", "app1:"], &[], None).is_ok());
+        assert!(run(&["--key-prefix", "a{b}"], None).is_err());
+        assert!(run(&["--key-prefix", "a*"], None).is_err());
+        assert!(run(&["--key-prefix", "app1:"], None).is_ok());
     }
 
     #[test]
     fn the_example_file_is_valid_and_lists_every_setting() {
         let text = include_str!("../latchkey.example.toml");
-        let c = run(&["--config", "latchkey.example.toml"], &[], Some(text)).unwrap();
+        let c = run(&["--config", "latchkey.example.toml"], Some(text)).unwrap();
         assert!(c.dev_mode());
         assert_eq!(c.max_wait_ms, 60_000);
-        for (key, _, _) in SETTINGS {
+        for key in setting_keys() {
             assert!(
                 text.contains(&format!("{key} =")),
                 "example file lacks {key}"
@@ -758,8 +923,22 @@ mod tests {
     }
 
     #[test]
+    fn help_lists_every_flag_variable_and_default() {
+        let help = usage();
+        for arg in command().get_arguments() {
+            if let Some(long) = arg.get_long() {
+                assert!(help.contains(&format!("--{long}")), "{long}: {help}");
+            }
+            if let Some(env) = arg.get_env() {
+                assert!(help.contains(env.to_str().unwrap()), "{env:?}: {help}");
+            }
+        }
+        assert!(help.contains("[default: 86400000]"), "{help}");
+    }
+
+    #[test]
     fn default_lease_outside_the_range_is_rejected() {
-        let err = run(&["--max-lease-ms", "10000"], &[], None).unwrap_err();
+        let err = run(&["--max-lease-ms", "10000"], None).unwrap_err();
         assert!(err.0.contains("default_lease_ms"), "{err}");
     }
 }

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use latchkey::config::{self, Invocation};
 
 fn main() -> ExitCode {
-    let config = match config::from_process() {
-        Ok(Invocation::Run(config)) => config,
+    let (config, warnings) = match config::from_process() {
+        Ok(Invocation::Run { config, warnings }) => (config, warnings),
         Ok(Invocation::Help) => {
             print!("{}", config::usage());
             return ExitCode::SUCCESS;
@@ -25,6 +25,9 @@ fn main() -> ExitCode {
         }
     };
     latchkey::telemetry::init(&config.log);
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
     match latchkey::app::run(*config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

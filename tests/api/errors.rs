@@ -7,7 +7,7 @@ use crate::helpers::*;
 #[tokio::test]
 async fn invalid_names_are_rejected() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let long = "x".repeat(257);
     for name in [
         "%7Bbraces%7D",
@@ -53,7 +53,7 @@ async fn invalid_names_are_rejected() {
 #[tokio::test]
 async fn invalid_holders_in_the_body_are_rejected() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     for holder in [
         json!(""),
         json!("has space"),
@@ -70,7 +70,7 @@ async fn invalid_holders_in_the_body_are_rejected() {
 #[tokio::test]
 async fn out_of_range_durations_are_rejected() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     for body in [
         json!({"lease_ms": 499}),
         json!({"lease_ms": 86_400_001u64}),
@@ -98,7 +98,12 @@ async fn out_of_range_durations_are_rejected() {
     let heartbeat = app.heartbeat("r", "h", json!({"lease_ms": 10})).await;
     assert_problem(heartbeat, 400, "out-of-range").await;
     // The limits are configuration.
-    let tight = spawn_app_with(&redis, &[("max_wait_ms", "1000"), ("min_lease_ms", "100")]).await;
+    let tight = spawn_app(Config {
+        max_wait_ms: 1000,
+        min_lease_ms: 100,
+        ..test_config(&redis)
+    })
+    .await;
     assert_problem(
         tight.acquire("r", json!({"wait_ms": 1001})).await,
         400,
@@ -114,7 +119,7 @@ async fn out_of_range_durations_are_rejected() {
 #[tokio::test]
 async fn malformed_json_and_wrong_types_are_invalid_body() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     for raw in [
         "{",
         "[]",
@@ -139,7 +144,7 @@ async fn malformed_json_and_wrong_types_are_invalid_body() {
 #[tokio::test]
 async fn a_form_encoded_body_gets_415_telling_how_to_send_json() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     // What `curl -d '{"lease_ms":1000}'` sends without -H.
     let response = app
         .client
@@ -161,7 +166,11 @@ async fn a_form_encoded_body_gets_415_telling_how_to_send_json() {
 #[tokio::test]
 async fn a_body_over_the_limit_gets_413() {
     let redis = redis();
-    let app = spawn_app_with(&redis, &[("max_body_bytes", "1024")]).await;
+    let app = spawn_app(Config {
+        max_body_bytes: 1024,
+        ..test_config(&redis)
+    })
+    .await;
     let big = format!(r#"{{"holder": "{}"}}"#, "x".repeat(2000));
     let response = app
         .client
@@ -177,7 +186,7 @@ async fn a_body_over_the_limit_gets_413() {
 #[tokio::test]
 async fn unsupported_methods_get_405_problems_never_5xx() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     for (method, path) in [
         ("GET", "/locks/m/acquire"),
         ("PUT", "/locks/m"),
@@ -201,7 +210,7 @@ async fn unsupported_methods_get_405_problems_never_5xx() {
 #[tokio::test]
 async fn unknown_routes_get_404_problems() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     for path in ["/", "/nope", "/locks", "/locks/a/b/c/d/e"] {
         let response = app.client.get(app.url(path)).send().await.unwrap();
         assert_problem(response, 404, "not-found").await;
@@ -211,7 +220,7 @@ async fn unknown_routes_get_404_problems() {
 #[tokio::test]
 async fn responses_carry_a_request_id_and_cors_headers() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let response = app
         .client
         .get(app.url("/locks/x"))

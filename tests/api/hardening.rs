@@ -7,6 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use latchkey::config::Config;
 use serde_json::json;
 
 use crate::helpers::*;
@@ -19,13 +20,14 @@ use crate::helpers::*;
 #[tokio::test]
 async fn a_failed_attempt_never_gives_back_a_hold_another_request_of_its_holder_owns() {
     let redis = redis();
-    let plain = spawn_app(&redis).await;
+    let plain = spawn_app(test_config(&redis)).await;
     // No replica exists, so every WAIT reports 0 acknowledgements, after
     // half the response timeout (1 s here).
-    let strict = spawn_app_with(
-        &redis,
-        &[("min_replicas", "1"), ("redis_response_timeout_ms", "2000")],
-    )
+    let strict = spawn_app(Config {
+        min_replicas: 1,
+        redis_response_timeout_ms: 2000,
+        ..test_config(&redis)
+    })
     .await;
     plain
         .must_acquire("shared", json!({"holder": "x", "lease_ms": 30000}))
@@ -62,7 +64,7 @@ async fn a_failed_attempt_never_gives_back_a_hold_another_request_of_its_holder_
 #[tokio::test]
 async fn an_acquire_whose_reply_is_lost_leaves_nothing_held() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("warm", json!({"holder": "w"})).await;
     redis.pause();
     let response = app
@@ -89,7 +91,7 @@ async fn an_acquire_whose_reply_is_lost_leaves_nothing_held() {
 #[tokio::test]
 async fn a_wait_survives_killed_connections_and_is_granted_before_its_deadline() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("blip", json!({"holder": "x", "lease_ms": 1500}))
         .await;
     let waiter = app.spawn_post(
@@ -120,7 +122,7 @@ async fn a_wait_survives_killed_connections_and_is_granted_before_its_deadline()
 #[tokio::test]
 async fn a_wait_survives_a_short_redis_restart() {
     let mut redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("restart", json!({"holder": "x", "lease_ms": 60000}))
         .await;
     let waiter = app.spawn_post(
@@ -141,7 +143,11 @@ async fn a_wait_survives_a_short_redis_restart() {
 #[tokio::test]
 async fn a_wait_against_a_stalled_redis_answers_by_its_deadline() {
     let redis = redis();
-    let app = spawn_app_with(&redis, &[("redis_response_timeout_ms", "3000")]).await;
+    let app = spawn_app(Config {
+        redis_response_timeout_ms: 3000,
+        ..test_config(&redis)
+    })
+    .await;
     app.must_acquire("stalled", json!({"holder": "x", "lease_ms": 30000}))
         .await;
     redis.pause();
@@ -164,7 +170,11 @@ async fn a_wait_against_a_stalled_redis_answers_by_its_deadline() {
 #[tokio::test]
 async fn the_wait_deadline_starts_when_the_request_arrives() {
     let redis = redis();
-    let app = spawn_app_with(&redis, &[("redis_response_timeout_ms", "3000")]).await;
+    let app = spawn_app(Config {
+        redis_response_timeout_ms: 3000,
+        ..test_config(&redis)
+    })
+    .await;
     app.must_acquire("late", json!({"holder": "x", "lease_ms": 30000}))
         .await;
     for sse in [false, true] {
@@ -208,7 +218,7 @@ async fn the_wait_deadline_starts_when_the_request_arrives() {
 #[tokio::test]
 async fn every_queued_waiter_reports_a_current_retry_after() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("renewed", json!({"holder": "x", "lease_ms": 800}))
         .await;
     let waiters: Vec<_> = (0..3)
@@ -237,7 +247,7 @@ async fn every_queued_waiter_reports_a_current_retry_after() {
 #[tokio::test]
 async fn an_out_of_memory_redis_answers_503_naming_the_condition() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let mut conn = redis_conn(&redis).await;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -303,7 +313,7 @@ fn an_evicting_redis_is_warned_about_at_start() {
 #[tokio::test]
 async fn accept_with_q_zero_does_not_select_sse() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let response = app
         .client
         .post(app.url("/locks/q/acquire"))
@@ -320,7 +330,7 @@ async fn accept_with_q_zero_does_not_select_sse() {
 #[tokio::test]
 async fn cors_allows_and_exposes_idempotency_key() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let preflight = app
         .client
         .request(reqwest::Method::OPTIONS, app.url("/locks/c/acquire"))

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use latchkey::app::Application;
-use latchkey::config::Config;
+pub use latchkey::config::Config;
 use latchkey::devredis::RedisServer;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -38,32 +38,32 @@ impl Drop for TestApp {
     }
 }
 
-pub async fn spawn_app(redis: &RedisServer) -> TestApp {
-    spawn_app_with(redis, &[]).await
+/// The test defaults against `redis`: port 0, short Redis timeouts and a
+/// short shutdown grace. Change fields with struct update syntax:
+/// `spawn_app(Config { max_waiters: 1, ..test_config(&redis) })`.
+pub fn test_config(redis: &RedisServer) -> Config {
+    test_config_for(vec![redis.url()])
 }
 
-/// Starts the app against `redis` with extra settings (`key`, `value`).
-pub async fn spawn_app_with(redis: &RedisServer, overrides: &[(&str, &str)]) -> TestApp {
-    let url = redis.url();
-    let mut settings: Vec<(&str, &str)> = vec![("redis_url", url.as_str())];
-    settings.extend_from_slice(overrides);
-    spawn_app_on(&settings).await
+/// The test defaults against these Redis node URLs (set `redis_mode` too
+/// for Sentinel or Cluster).
+pub fn test_config_for(redis_urls: Vec<String>) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        redis_urls,
+        redis_connect_timeout_ms: 300,
+        redis_response_timeout_ms: 1000,
+        shutdown_grace_ms: 2000,
+        ..Config::default()
+    }
 }
 
-/// Starts the app with these settings over the test defaults; they must
-/// name the Redis deployment (`redis_url`, and `redis_mode` if not standalone).
-pub async fn spawn_app_on(overrides: &[(&str, &str)]) -> TestApp {
+/// Starts the app with this configuration (see [`test_config`]).
+pub async fn spawn_app(config: Config) -> TestApp {
     if std::env::var_os("TEST_LOG").is_some() {
         latchkey::telemetry::init("debug");
     }
-    let mut settings: Vec<(&str, &str)> = vec![
-        ("listen", "127.0.0.1:0"),
-        ("redis_connect_timeout_ms", "300"),
-        ("redis_response_timeout_ms", "1000"),
-        ("shutdown_grace_ms", "2000"),
-    ];
-    settings.extend_from_slice(overrides);
-    let config = Config::with_overrides(&settings).expect("valid test configuration");
+    config.validate().expect("valid test configuration");
     let app = Application::build(config).await.expect("app builds");
     let base = format!("http://127.0.0.1:{}", app.port());
     let shutdown = app.shutdown_token();

@@ -10,7 +10,7 @@ use crate::helpers::*;
 #[tokio::test]
 async fn acquire_without_body_returns_a_grant_with_location_and_generated_holder() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let response = app
         .client
         .post(app.url("/locks/orders/acquire"))
@@ -34,7 +34,7 @@ async fn acquire_without_body_returns_a_grant_with_location_and_generated_holder
 #[tokio::test]
 async fn empty_body_with_json_content_type_counts_as_omitted() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let response = app
         .client
         .post(app.url("/locks/swagger/acquire"))
@@ -49,7 +49,7 @@ async fn empty_body_with_json_content_type_counts_as_omitted() {
 #[tokio::test]
 async fn reentrant_acquire_counts_holds_and_keeps_the_token() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let first = app.must_acquire("re", json!({"holder": "h1"})).await;
     let second = app.must_acquire("re", json!({"holder": "h1"})).await;
     assert_eq!(first["hold_count"], 1);
@@ -69,7 +69,7 @@ async fn reentrant_acquire_counts_holds_and_keeps_the_token() {
 #[tokio::test]
 async fn release_all_drops_every_reentrant_hold() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     for _ in 0..3 {
         app.must_acquire("all", json!({"holder": "h"})).await;
     }
@@ -94,7 +94,7 @@ async fn release_all_drops_every_reentrant_hold() {
 #[tokio::test]
 async fn acquire_returns_409_while_another_holder_holds_the_lock() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("busy", json!({"holder": "owner", "lease_ms": 5000}))
         .await;
     let response = app.acquire("busy", json!({"holder": "other"})).await;
@@ -116,7 +116,7 @@ async fn acquire_returns_409_while_another_holder_holds_the_lock() {
 #[tokio::test]
 async fn state_never_reveals_the_holder_id() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire(
         "secret",
         json!({"holder": "capability-xyz", "lease_ms": 5000}),
@@ -135,7 +135,7 @@ async fn state_never_reveals_the_holder_id() {
 #[tokio::test]
 async fn state_of_a_never_locked_name_is_free_with_token_zero() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let state = app.state("fresh").await;
     assert_eq!(
         state,
@@ -146,7 +146,7 @@ async fn state_of_a_never_locked_name_is_free_with_token_zero() {
 #[tokio::test]
 async fn lease_expiry_frees_the_lock() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("lapse", json!({"holder": "a", "lease_ms": 500}))
         .await;
     tokio::time::sleep(Duration::from_millis(650)).await;
@@ -164,7 +164,7 @@ async fn lease_expiry_frees_the_lock() {
 #[tokio::test]
 async fn heartbeat_extends_the_lease() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("hb", json!({"holder": "a", "lease_ms": 600}))
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -204,7 +204,7 @@ async fn heartbeat_extends_the_lease() {
 #[tokio::test]
 async fn heartbeat_by_a_stranger_is_not_held_and_does_not_touch_the_lease() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("hb2", json!({"holder": "a", "lease_ms": 1000}))
         .await;
     assert_problem(
@@ -219,7 +219,7 @@ async fn heartbeat_by_a_stranger_is_not_held_and_does_not_touch_the_lease() {
 #[tokio::test]
 async fn fencing_tokens_strictly_increase_across_holders_expiry_force_unlock_and_key_deletion() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let mut tokens = Vec::new();
     let mut take = |g: serde_json::Value| tokens.push(g["fencing_token"].as_u64().unwrap());
 
@@ -253,7 +253,7 @@ async fn fencing_tokens_strictly_increase_across_holders_expiry_force_unlock_and
 #[tokio::test]
 async fn force_unlock_of_a_free_lock_reports_false() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let r: serde_json::Value = app.delete_json("/locks/idle").await;
     assert_eq!(r, json!({"released": false}));
 }
@@ -261,7 +261,11 @@ async fn force_unlock_of_a_free_lock_reports_false() {
 #[tokio::test]
 async fn key_prefix_setting_is_used_for_every_key() {
     let redis = redis();
-    let app = spawn_app_with(&redis, &[("key_prefix", "tenant7:")]).await;
+    let app = spawn_app(Config {
+        key_prefix: "tenant7:".into(),
+        ..test_config(&redis)
+    })
+    .await;
     app.must_acquire("p", json!({"holder": "a"})).await;
     let mut conn = redis_conn(&redis).await;
     let mut keys: Vec<String> = conn.keys("*").await.unwrap();

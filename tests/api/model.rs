@@ -30,7 +30,7 @@ const HOLDERS: [&str; 3] = ["alice", "bob", "carol"];
 #[tokio::test]
 async fn random_operation_sequences_match_the_model() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     for seed in [1u64, 0x5eed, 0xdead_beef] {
         let name = format!("model-{seed}");
         let mut rng = Rng(seed);

@@ -12,7 +12,7 @@ use crate::helpers::*;
 #[tokio::test]
 async fn health_and_readiness_answer_when_redis_is_up() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let health = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
@@ -26,7 +26,7 @@ async fn health_and_readiness_answer_when_redis_is_up() {
 #[tokio::test]
 async fn redis_down_gives_503_without_hanging_then_recovers() {
     let mut redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("outage", json!({"holder": "a"})).await;
 
     redis.stop();
@@ -91,7 +91,7 @@ async fn redis_down_gives_503_without_hanging_then_recovers() {
 #[tokio::test]
 async fn the_pubsub_hub_recovers_from_client_kill() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let mut conn = redis_conn(&redis).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
@@ -135,7 +135,7 @@ async fn the_pubsub_hub_recovers_from_client_kill() {
 #[tokio::test]
 async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("bye", json!({"holder": "a"})).await;
     let poll = app.spawn_post(
         "/locks/bye/acquire",
@@ -170,8 +170,9 @@ async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
     );
 }
 
-/// Starts the real binary; returns the child and its port.
-fn start_binary(redis_url: &str) -> (std::process::Child, u16) {
+/// Starts the real binary with these extra environment variables; returns
+/// the child (its JSON log on a pipe) and its port.
+fn start_binary(redis_url: &str, env: &[(&str, &str)]) -> (std::process::Child, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -181,6 +182,7 @@ fn start_binary(redis_url: &str) -> (std::process::Child, u16) {
         .env("LATCHKEY_REDIS_URL", redis_url)
         .env("LATCHKEY_LISTEN", format!("127.0.0.1:{port}"))
         .env("LATCHKEY_SHUTDOWN_GRACE_MS", "3000")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -191,7 +193,7 @@ fn start_binary(redis_url: &str) -> (std::process::Child, u16) {
 #[tokio::test]
 async fn sigterm_during_an_open_long_poll_answers_503_and_exits_cleanly() {
     let redis = redis();
-    let (mut child, port) = start_binary(&redis.url());
+    let (mut child, port) = start_binary(&redis.url(), &[]);
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     assert!(
@@ -283,6 +285,134 @@ fn bad_configuration_stops_the_process_with_a_clear_message() {
     assert!(
         stderr.contains("min_lease_ms (9000) is larger than max_lease_ms (1000)"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn an_unknown_latchkey_variable_is_logged_with_the_closest_setting() {
+    let redis = redis();
+    let (mut child, _) = start_binary(&redis.url(), &[("LATCHKEY_MAX_WAITERZ", "5")]);
+    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(|l| l.unwrap())
+        .take_while(|l| !l.contains("latchkey listening"))
+        .collect();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let warning = lines
+        .iter()
+        .find(|l| l.contains("LATCHKEY_MAX_WAITERZ"))
+        .unwrap_or_else(|| panic!("no warning in {lines:?}"));
+    let log: serde_json::Value = serde_json::from_str(warning).expect("JSON log line");
+    assert_eq!(log["level"], "WARN", "{warning}");
+    assert_eq!(
+        log["fields"]["message"],
+        "unknown setting LATCHKEY_MAX_WAITERZ; did you mean LATCHKEY_MAX_WAITERS?"
+    );
+}
+
+/// Runs the binary with these flags and variables and a config file holding
+/// `file`; returns its exit code and standard error.
+fn run_binary(args: &[&str], env: &[(&str, &str)], file: &str) -> (Option<i32>, String) {
+    let path = std::env::temp_dir().join(format!(
+        "latchkey-test-{}-{}.toml",
+        std::process::id(),
+        next_file_number()
+    ));
+    std::fs::write(&path, file).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .args(args)
+        .env("LATCHKEY_CONFIG", &path)
+        .envs(env.iter().copied())
+        .output()
+        .expect("binary runs");
+    std::fs::remove_file(&path).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), stderr)
+}
+
+fn next_file_number() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[test]
+fn flags_beat_variables_which_beat_the_file_which_beats_the_defaults() {
+    let file = "min_lease_ms = 100\nmax_lease_ms = 1000\ndefault_lease_ms = 500\n";
+    // The file's max over the default, the variable's min over the file's.
+    let (code, stderr) = run_binary(&[], &[("LATCHKEY_MIN_LEASE_MS", "5000")], file);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("min_lease_ms (5000) is larger than max_lease_ms (1000)"),
+        "{stderr}"
+    );
+    // The flag's min over the variable's.
+    let (code, stderr) = run_binary(
+        &["--min-lease-ms", "7000"],
+        &[("LATCHKEY_MIN_LEASE_MS", "5000")],
+        file,
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("min_lease_ms (7000) is larger than max_lease_ms (1000)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_values_are_reported_with_the_file_variable_or_flag_they_came_from() {
+    let (code, stderr) = run_binary(&[], &[], "max_waiters = \"lots\"\n");
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("`max_waiters` in "), "{stderr}");
+    assert!(stderr.contains("must be a whole number"), "{stderr}");
+    let (_, stderr) = run_binary(&[], &[("LATCHKEY_MAX_WAITERS", "lots")], "");
+    assert!(
+        stderr.contains("LATCHKEY_MAX_WAITERS must be a whole number"),
+        "{stderr}"
+    );
+    let (_, stderr) = run_binary(
+        &["--max-waiters=lots"],
+        &[("LATCHKEY_MAX_WAITERS", "5")],
+        "",
+    );
+    assert!(
+        stderr.contains("--max-waiters must be a whole number"),
+        "{stderr}"
+    );
+    let (_, stderr) = run_binary(&[], &[("LATCHKEY_QUEUE_GRACE_MS", "1")], "");
+    assert!(
+        stderr.contains("LATCHKEY_QUEUE_GRACE_MS must be between 100 and 3600000, got 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn help_and_version_print_and_exit() {
+    let help = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .arg("--help")
+        .env("LATCHKEY_REDIS_URL", "redis://:hunter2@host:6379")
+        .output()
+        .expect("binary runs");
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "--max-waiters",
+        "LATCHKEY_MAX_WAITERS",
+        "[default: 10000]",
+        "--config",
+    ] {
+        assert!(text.contains(needle), "{needle} in {text}");
+    }
+    assert!(!text.contains("hunter2"), "help shows no variable's value");
+    let version = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .arg("--version")
+        .output()
+        .expect("binary runs");
+    assert!(version.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        format!("latchkey {}\n", env!("CARGO_PKG_VERSION"))
     );
 }
 
@@ -405,7 +535,7 @@ fn committed_openapi_document_matches_the_code() {
 #[tokio::test]
 async fn openapi_json_and_swagger_ui_are_served_offline() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let served: serde_json::Value = app.get_json("/openapi.json").await;
     assert_eq!(served, latchkey::http::openapi());
     let docs = app.client.get(app.url("/docs/")).send().await.unwrap();
@@ -429,7 +559,7 @@ async fn openapi_json_and_swagger_ui_are_served_offline() {
 #[tokio::test]
 async fn example_request_bodies_in_the_document_are_accepted() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let doc = latchkey::http::openapi();
     let acquire = &doc["paths"]["/locks/{name}/acquire"]["post"]["requestBody"]["content"]["application/json"]
         ["example"];
@@ -439,7 +569,7 @@ async fn example_request_bodies_in_the_document_are_accepted() {
 #[tokio::test]
 async fn metrics_count_requests_by_route_template_and_acquisitions_by_outcome() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("m1", json!({"holder": "a"})).await;
     app.acquire("m1", json!({"holder": "b"})).await;
     app.client.get(app.url("/nope")).send().await.unwrap();
@@ -477,11 +607,12 @@ async fn min_replicas_waits_for_acknowledgement_and_gives_the_grant_back_when_mi
         .await,
         "replica in sync"
     );
-    let app = spawn_app_with(
-        &primary,
+    let app = spawn_app(Config {
+        min_replicas: 1,
         // WAIT gets half the response timeout; leave room for a loaded CI.
-        &[("min_replicas", "1"), ("redis_response_timeout_ms", "4000")],
-    )
+        redis_response_timeout_ms: 4000,
+        ..test_config(&primary)
+    })
     .await;
     app.must_acquire("acked", json!({"holder": "a"})).await;
     assert_eq!(app.release("acked", "a").await.status(), 200);

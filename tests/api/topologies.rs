@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use latchkey::config::RedisMode;
 use latchkey::devredis::{RedisCluster, RedisServer};
 use serde_json::json;
 
@@ -12,10 +13,12 @@ use crate::helpers::*;
 #[tokio::test]
 async fn locks_work_on_redis_cluster_across_slots_and_instances() {
     let cluster = RedisCluster::start(3).expect("cluster starts");
-    let urls = cluster.urls().join(",");
-    let settings = [("redis_mode", "cluster"), ("redis_url", urls.as_str())];
-    let a = spawn_app_on(&settings).await;
-    let b = spawn_app_on(&settings).await;
+    let config = Config {
+        redis_mode: RedisMode::Cluster,
+        ..test_config_for(cluster.urls())
+    };
+    let a = spawn_app(config.clone()).await;
+    let b = spawn_app(config).await;
 
     // Names spread over slots owned by different masters; each script's
     // keys share the name's hash tag, so each runs on one node.
@@ -86,13 +89,12 @@ async fn sentinel_mode_follows_a_failover_to_the_promoted_replica() {
         "sentinel discovers the replica"
     );
 
-    let sentinel_url = sentinel.url();
-    let settings = [
-        ("redis_mode", "sentinel"),
-        ("redis_url", sentinel_url.as_str()),
-        ("sentinel_master", "mymaster"),
-    ];
-    let app = spawn_app_on(&settings).await;
+    let app = spawn_app(Config {
+        redis_mode: RedisMode::Sentinel,
+        sentinel_master: "mymaster".into(),
+        ..test_config_for(vec![sentinel.url()])
+    })
+    .await;
     app.must_acquire("before", json!({"holder": "a"})).await;
 
     master.stop();

@@ -12,8 +12,8 @@ use crate::helpers::*;
 #[tokio::test]
 async fn a_waiter_on_a_second_instance_is_woken_by_release_long_before_the_lease_ends() {
     let redis = redis();
-    let a = spawn_app(&redis).await;
-    let b = spawn_app(&redis).await;
+    let a = spawn_app(test_config(&redis)).await;
+    let b = spawn_app(test_config(&redis)).await;
     a.must_acquire("handoff", json!({"holder": "first", "lease_ms": 30000}))
         .await;
 
@@ -48,7 +48,7 @@ async fn a_waiter_on_a_second_instance_is_woken_by_release_long_before_the_lease
 #[tokio::test]
 async fn a_waiter_wins_when_the_holders_lease_lapses_without_a_release() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("crashed", json!({"holder": "dead", "lease_ms": 800}))
         .await;
     let started = Instant::now();
@@ -70,7 +70,7 @@ async fn a_waiter_wins_when_the_holders_lease_lapses_without_a_release() {
 #[tokio::test]
 async fn long_poll_times_out_with_409_and_an_aged_retry_hint() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("slow", json!({"holder": "a", "lease_ms": 10000}))
         .await;
     let started = Instant::now();
@@ -93,7 +93,7 @@ async fn long_poll_times_out_with_409_and_an_aged_retry_hint() {
 #[tokio::test]
 async fn sse_reports_waiting_then_acquired() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("sse", json!({"holder": "a", "lease_ms": 30000}))
         .await;
     let response = app
@@ -131,7 +131,7 @@ async fn sse_reports_waiting_then_acquired() {
 #[tokio::test]
 async fn sse_reports_waiting_then_timeout_with_the_problem() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("sse-t", json!({"holder": "a"})).await;
     let response = app
         .client
@@ -153,7 +153,7 @@ async fn sse_reports_waiting_then_timeout_with_the_problem() {
 #[tokio::test]
 async fn sse_grant_at_once_is_a_single_acquired_event() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     let response = app
         .client
         .post(app.url("/locks/sse-now/acquire"))
@@ -170,7 +170,7 @@ async fn sse_grant_at_once_is_a_single_acquired_event() {
 #[tokio::test]
 async fn a_client_that_disconnects_mid_wait_leaves_nothing_held() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("gone", json!({"holder": "a", "lease_ms": 30000}))
         .await;
 
@@ -225,7 +225,10 @@ async fn a_client_that_disconnects_mid_wait_leaves_nothing_held() {
 #[tokio::test]
 async fn mutual_exclusion_holds_under_contention_across_two_instances() {
     let redis = redis();
-    let apps = Arc::new([spawn_app(&redis).await, spawn_app(&redis).await]);
+    let apps = Arc::new([
+        spawn_app(test_config(&redis)).await,
+        spawn_app(test_config(&redis)).await,
+    ]);
     // A deliberately non-atomic counter: read, yield, write.
     let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicU64::new(0));
@@ -280,7 +283,11 @@ async fn mutual_exclusion_holds_under_contention_across_two_instances() {
 #[tokio::test]
 async fn the_waiter_limit_answers_429_too_many_waiters() {
     let redis = redis();
-    let app = spawn_app_with(&redis, &[("max_waiters", "1")]).await;
+    let app = spawn_app(Config {
+        max_waiters: 1,
+        ..test_config(&redis)
+    })
+    .await;
     app.must_acquire("full", json!({"holder": "a", "lease_ms": 5000}))
         .await;
     let first = app.spawn_post(
@@ -307,7 +314,7 @@ async fn the_waiter_limit_answers_429_too_many_waiters() {
 #[tokio::test]
 async fn local_waiters_are_served_in_arrival_order() {
     let redis = redis();
-    let app = spawn_app(&redis).await;
+    let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("fifo", json!({"holder": "h0", "lease_ms": 30000}))
         .await;
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
