@@ -17,12 +17,14 @@
 //! - [`coord`]: the primitives as plain Rust APIs over the store.
 //! - [`store`]: the only code that talks to Redis — pool, Lua scripts, pub/sub hub.
 //! - [`wait`]: the one blocking-wait engine every primitive uses.
+//! - [`counted`]: the user-counted map the hub and the engine keep their state in.
 //! - [`metrics`], [`telemetry`]: Prometheus registry and JSON logs.
 //! - [`devredis`]: private redis-server processes for dev mode, tests and the benchmark.
 
 pub mod app;
 pub mod config;
 pub mod coord;
+pub mod counted;
 pub mod devredis;
 pub mod error;
 pub mod http;

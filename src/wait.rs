@@ -24,18 +24,17 @@
 //! Everything here is cancel-safe — the baton queue entry, the group
 //! membership and the admission slot are released by Drop.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::coord::{Attempt, Blocked};
+use crate::counted::CountedMap;
 use crate::metrics::Metrics;
 use crate::store::StoreError;
 use crate::store::pubsub::{Hub, Subscription};
@@ -123,10 +122,8 @@ pub struct WaitEngine {
 struct Inner {
     /// Where wake-ups come from.
     hub: Hub,
-    /// channel → the live group and its member count. Counts change only
-    /// under this lock; the last member removes the entry and drops the
-    /// group after releasing the lock.
-    groups: Mutex<HashMap<String, Slot>>,
+    /// channel → the live group, counted by its members ([`Waiter`]s).
+    groups: CountedMap<Arc<Group>>,
     /// Open waits on this instance (admission control).
     open: AtomicUsize,
     /// Open waits allowed before 429 `too-many-waiters`.
@@ -135,11 +132,6 @@ struct Inner {
     shutdown: CancellationToken,
     /// Gauges for waiters and waiting objects.
     metrics: Metrics,
-}
-
-struct Slot {
-    group: Arc<Group>,
-    members: usize,
 }
 
 struct Group {
@@ -161,22 +153,11 @@ pub struct Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let removed = {
-            let mut groups = self.engine.groups.lock();
-            match groups.get_mut(&self.channel) {
-                Some(slot) if slot.members > 1 => {
-                    slot.members -= 1;
-                    None
-                }
-                Some(_) => groups.remove(&self.channel),
-                None => None,
-            }
-        };
-        if removed.is_some() {
+        // The group (and its subscription) is dropped outside the map's lock.
+        if let Some(group) = self.engine.groups.leave(&self.channel) {
             self.engine.metrics.waiting_objects.dec();
+            drop(group);
         }
-        // The group (and its subscription) is dropped here, after the guard.
-        drop(removed);
         self.engine.open.fetch_sub(1, Ordering::Relaxed);
         self.engine.metrics.waiters.dec();
     }
@@ -192,7 +173,7 @@ impl WaitEngine {
         WaitEngine {
             inner: Arc::new(Inner {
                 hub,
-                groups: Mutex::new(HashMap::new()),
+                groups: CountedMap::default(),
                 open: AtomicUsize::new(0),
                 max_waiters,
                 shutdown,
@@ -214,21 +195,16 @@ impl WaitEngine {
             });
         }
         self.inner.metrics.waiters.inc();
-        let mut groups = self.inner.groups.lock();
-        let slot = groups.entry(channel.to_string()).or_insert_with(|| {
+        let group = self.inner.groups.join(channel, || {
             self.inner.metrics.waiting_objects.inc();
-            Slot {
-                group: Arc::new(Group {
-                    subscription: self.inner.hub.subscribe(channel),
-                    baton: tokio::sync::Mutex::new(()),
-                    latest: watch::Sender::new(Latest::default()),
-                }),
-                members: 0,
-            }
+            Arc::new(Group {
+                subscription: self.inner.hub.subscribe(channel),
+                baton: tokio::sync::Mutex::new(()),
+                latest: watch::Sender::new(Latest::default()),
+            })
         });
-        slot.members += 1;
         Ok(Waiter {
-            group: slot.group.clone(),
+            group,
             channel: channel.to_string(),
             engine: self.inner.clone(),
         })
@@ -236,8 +212,7 @@ impl WaitEngine {
 
     /// Requests currently waiting on this instance for the object.
     pub fn waiters_on(&self, channel: &str) -> u64 {
-        let groups = self.inner.groups.lock();
-        groups.get(channel).map_or(0, |slot| slot.members as u64)
+        self.inner.groups.users(channel) as u64
     }
 
     /// The pub/sub hub's connection state (see [`Hub::connected`]).
@@ -481,6 +456,6 @@ mod tests {
             t.join().expect("no thread panicked (no poisoned map)");
         }
         assert_eq!(engine.waiters_on("t:0"), 0);
-        assert_eq!(engine.inner.groups.lock().len(), 0, "no group left behind");
+        assert!(engine.inner.groups.is_empty(), "no group left behind");
     }
 }

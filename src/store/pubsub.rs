@@ -19,16 +19,15 @@
 //!   disconnected are lost, so on every (re)connect all waiters are woken to
 //!   re-check.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::Connector;
+use crate::counted::CountedMap;
 use crate::metrics::Metrics;
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
@@ -42,26 +41,15 @@ pub struct Hub {
 }
 
 struct Inner {
-    /// channel name → its wake counter and how many [`Subscription`]s
-    /// share it. The count is only changed under this lock, and the last
-    /// subscription removes the entry, so no entry outlives its users and
-    /// nothing is ever dropped while the lock is held.
-    channels: Mutex<HashMap<String, Channel>>,
+    /// channel name → its wake counter (bumped on every message for the
+    /// channel and on every reconnect), counted by its [`Subscription`]s.
+    channels: CountedMap<Arc<watch::Sender<u64>>>,
     /// True while the subscriber connection is up and subscribed.
     connected: watch::Sender<bool>,
 }
 
-struct Channel {
-    /// Bumped on every message for the channel and on every reconnect.
-    tx: Arc<watch::Sender<u64>>,
-    /// Live subscriptions sharing `tx`.
-    members: usize,
-}
-
-impl Channel {
-    fn bump(&self) {
-        self.tx.send_modify(|n| *n = n.wrapping_add(1));
-    }
+fn bump(tx: &watch::Sender<u64>) {
+    tx.send_modify(|n| *n = n.wrapping_add(1));
 }
 
 /// One waiter-group's interest in a channel. Not Clone on purpose: each
@@ -82,19 +70,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let removed = {
-            let mut channels = self.hub.inner.channels.lock();
-            match channels.get_mut(&self.channel) {
-                Some(entry) if entry.members > 1 => {
-                    entry.members -= 1;
-                    None
-                }
-                Some(_) => channels.remove(&self.channel),
-                None => None,
-            }
-        };
-        // Dropped here, after the guard.
-        drop(removed);
+        drop(self.hub.inner.channels.leave(&self.channel));
     }
 }
 
@@ -110,7 +86,7 @@ impl Hub {
     ) -> Hub {
         let hub = Hub {
             inner: Arc::new(Inner {
-                channels: Mutex::new(HashMap::new()),
+                channels: CountedMap::default(),
                 connected: watch::Sender::new(false),
             }),
         };
@@ -128,16 +104,12 @@ impl Hub {
     /// Registers interest in `channel`. Waiters on the same channel share
     /// one entry (and, process-wide, one Redis subscription).
     pub fn subscribe(&self, channel: &str) -> Subscription {
-        let mut channels = self.inner.channels.lock();
-        let entry = channels
-            .entry(channel.to_string())
-            .or_insert_with(|| Channel {
-                tx: Arc::new(watch::Sender::new(0)),
-                members: 0,
-            });
-        entry.members += 1;
+        let tx = self
+            .inner
+            .channels
+            .join(channel, || Arc::new(watch::Sender::new(0)));
         Subscription {
-            tx: entry.tx.clone(),
+            tx,
             channel: channel.to_string(),
             hub: self.clone(),
         }
@@ -151,19 +123,15 @@ impl Hub {
 
     /// Channels with at least one subscription (gauges, tests).
     pub fn channels(&self) -> usize {
-        self.inner.channels.lock().len()
+        self.inner.channels.len()
     }
 
     fn notify(&self, channel: &str) {
-        if let Some(entry) = self.inner.channels.lock().get(channel) {
-            entry.bump();
-        }
+        self.inner.channels.with(channel, |tx| bump(tx));
     }
 
     fn wake_all(&self) {
-        for entry in self.inner.channels.lock().values() {
-            entry.bump();
-        }
+        self.inner.channels.for_each(|tx| bump(tx));
     }
 
     fn set_connected(&self, up: bool) {
