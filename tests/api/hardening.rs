@@ -92,13 +92,7 @@ async fn an_acquire_whose_reply_is_lost_leaves_nothing_held() {
 async fn a_wait_survives_killed_connections_and_is_granted_before_its_deadline() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    app.must_acquire("blip", json!({"holder": "x", "lease_ms": 1500}))
-        .await;
-    let waiter = app.spawn_post(
-        "/locks/blip/acquire",
-        json!({"holder": "w", "wait_ms": 8000}),
-    );
-    app.wait_for_waiters("blip", 1).await;
+    let waiter = app.held_with_waiter("blip", ("x", 1500), ("w", 8000)).await;
     let mut conn = redis_conn(&redis).await;
     for kind in ["pubsub", "normal"] {
         let _: i64 = redis::cmd("CLIENT")
@@ -123,13 +117,9 @@ async fn a_wait_survives_killed_connections_and_is_granted_before_its_deadline()
 async fn a_wait_survives_a_short_redis_restart() {
     let mut redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    app.must_acquire("restart", json!({"holder": "x", "lease_ms": 60000}))
+    let waiter = app
+        .held_with_waiter("restart", ("x", 60000), ("w", 8000))
         .await;
-    let waiter = app.spawn_post(
-        "/locks/restart/acquire",
-        json!({"holder": "w", "wait_ms": 8000}),
-    );
-    app.wait_for_waiters("restart", 1).await;
     let started = Instant::now();
     redis.restart().expect("redis restarts");
     let response = waiter.await.unwrap();

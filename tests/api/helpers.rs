@@ -141,6 +141,24 @@ impl TestApp {
         tokio::spawn(async move { request.send().await.expect("request sent") })
     }
 
+    /// `holder` takes the lock for `lease_ms`; then `waiter` long-polls it
+    /// for up to `wait_ms` in the background. Returns once the waiter waits.
+    pub async fn held_with_waiter(
+        &self,
+        name: &str,
+        (holder, lease_ms): (&str, u64),
+        (waiter, wait_ms): (&str, u64),
+    ) -> JoinHandle<Response> {
+        self.must_acquire(name, json!({"holder": holder, "lease_ms": lease_ms}))
+            .await;
+        let pending = self.spawn_post(
+            &format!("/locks/{name}/acquire"),
+            json!({"holder": waiter, "wait_ms": wait_ms}),
+        );
+        self.wait_for_waiters(name, 1).await;
+        pending
+    }
+
     /// Waits until this instance counts `n` requests waiting on the lock.
     pub async fn wait_for_waiters(&self, name: &str, n: u64) {
         let reached = eventually(Duration::from_secs(3), || async {

@@ -119,13 +119,9 @@ async fn the_pubsub_hub_recovers_from_client_kill() {
 
     // Waiters are woken by pub/sub again: a release hands over at once,
     // long before the 30 s lease would end.
-    app.must_acquire("after-kill", json!({"holder": "a", "lease_ms": 30000}))
+    let waiter = app
+        .held_with_waiter("after-kill", ("a", 30000), ("b", 20000))
         .await;
-    let waiter = app.spawn_post(
-        "/locks/after-kill/acquire",
-        json!({"holder": "b", "wait_ms": 20000}),
-    );
-    app.wait_for_waiters("after-kill", 1).await;
     let released = Instant::now();
     app.release("after-kill", "a").await;
     assert_eq!(waiter.await.unwrap().status(), 201);
