@@ -136,8 +136,8 @@ pub struct Config {
     #[arg(long, env = "LATCHKEY_MAX_LEASE_MS", default_value = "86400000", value_parser = whole::<u64>)]
     #[serde(deserialize_with = "de_whole")]
     pub max_lease_ms: u64,
-    /// Pooled Redis connections per instance (held per script call, never while waiting).
-    #[arg(long, env = "LATCHKEY_REDIS_POOL_SIZE", default_value = "32", value_parser = whole::<usize>)]
+    /// Redis connections per instance: shared and multiplexed (concurrent calls are pipelined on them); also the size of the dedicated pool used when min_replicas > 0.
+    #[arg(long, env = "LATCHKEY_REDIS_POOL_SIZE", default_value = "4", value_parser = whole::<usize>)]
     #[serde(deserialize_with = "de_whole")]
     pub redis_pool_size: usize,
     /// Time allowed to open a TCP (and TLS) connection to Redis.
@@ -720,7 +720,7 @@ mod tests {
             (c.min_lease_ms, c.default_lease_ms, c.max_lease_ms),
             (500, 30_000, 86_400_000)
         );
-        assert_eq!(c.redis_pool_size, 32);
+        assert_eq!(c.redis_pool_size, 4);
         assert_eq!(
             (c.redis_connect_timeout_ms, c.redis_response_timeout_ms),
             (1000, 2000)

@@ -15,7 +15,7 @@
 //! - [`http`]: one module per resource (`locks`, `health`), the route list
 //!   and its layers, the OpenAPI document, extractors, and the long-poll/SSE adapter.
 //! - [`coord`]: the primitives as plain Rust APIs over the store.
-//! - [`store`]: the only code that talks to Redis — pool, Lua scripts, pub/sub hub.
+//! - [`store`]: the only code that talks to Redis — connections, Lua scripts, pub/sub hub.
 //! - [`wait`]: the one blocking-wait engine every primitive uses.
 //! - [`counted`]: the user-counted map the hub and the engine keep their state in.
 //! - [`metrics`], [`telemetry`]: Prometheus registry and JSON logs.

@@ -45,7 +45,7 @@ pub struct MetricsInner {
     pub pubsub_reconnects: IntCounter,
     /// Pub/sub notifications received.
     pub pubsub_messages: IntCounter,
-    /// Redis failures by kind (`io`, `timeout`, `pool`, `server`, `replication`).
+    /// Redis failures by kind (`io`, `timeout`, `pool` (no connection), `unavailable` (Redis refused: OOM, LOADING, ...), `server`, `replication`).
     pub redis_errors: IntCounterVec,
     /// Lua script round-trip latency by script.
     pub script_duration: HistogramVec,
@@ -124,7 +124,7 @@ impl Metrics {
         let script_duration = HistogramVec::new(
             HistogramOpts::new(
                 "latchkey_script_duration_seconds",
-                "Lua script round-trip latency (pool checkout included)",
+                "Lua script round-trip latency",
             )
             .buckets(vec![
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,

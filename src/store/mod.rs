@@ -1,6 +1,6 @@
 //! The only code that talks to Redis.
 //!
-//! - [`Store`]: a connection pool with explicit timeouts, the Lua scripts
+//! - [`Store`]: shared multiplexed connections with explicit timeouts, the Lua scripts
 //!   (one atomic script per state change), and the key layout.
 //! - [`pubsub::Hub`]: one dedicated subscriber connection per process that
 //!   fans notifications out to in-process waiters.
