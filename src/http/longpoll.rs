@@ -237,7 +237,9 @@ fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
         let mut delay = Duration::from_millis(100);
         loop {
             match acquisition.undo(&attempt).await {
-                Ok(_) => return,
+                // Lagging replicas: the undo ran on the primary, which is
+                // all a retry could achieve.
+                Ok(_) | Err(StoreError::ReplicasLagging { .. }) => return,
                 Err(e) if e.is_transient() && Instant::now() + delay < until => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));

@@ -394,6 +394,7 @@ impl Store {
         {
             // Probably a connection that died while idle (Redis restart,
             // failover, CLIENT KILL): once more on a new one.
+            self.inner.backend.discard(&mut conn);
             conn = self.conn(replicated, Some(&conn)).await?;
             result = self.invoke(&mut conn, script, keys, args).await;
         }

@@ -352,3 +352,31 @@ async fn cors_allows_and_exposes_idempotency_key() {
         .to_ascii_lowercase();
     assert!(exposed.contains("idempotency-key"), "{exposed}");
 }
+
+/// Connections that died with a Redis restart are replaced on the spot: a
+/// read or an acquire that meets a dead connection is repeated once on a
+/// fresh one, so no request answers 503 once Redis is back.
+#[tokio::test]
+async fn requests_after_a_redis_restart_do_not_meet_dead_connections() {
+    let mut redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // Warm several connections.
+    let warm: Vec<_> = (0..16)
+        .map(|i| app.spawn_post(&format!("/locks/warm{i}/acquire"), json!({})))
+        .collect();
+    for w in warm {
+        assert_eq!(w.await.unwrap().status(), 201);
+    }
+    redis.restart().expect("redis restarts");
+    for i in 0..16 {
+        let response = app.acquire(&format!("after{i}"), json!({})).await;
+        assert_eq!(response.status(), 201, "{:?}", response.text().await);
+        let state = app
+            .client
+            .get(app.url(&format!("/locks/after{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(state.status(), 200);
+    }
+}
