@@ -1,6 +1,7 @@
 //! The long-poll/SSE adapter: turns the wait engine's outcome into an HTTP
-//! answer — a long-poll response, or a Server-Sent Events stream (see the
-//! README's "Waiting" section and the OpenAPI document).
+//! answer — a long-poll response, or a Server-Sent Events stream (the
+//! README's "Using locks with curl" shows both; its guarantees section
+//! says what happens to give-backs and deadlines).
 //!
 //! Every blocking acquire route describes itself as an [`Acquisition`] and
 //! calls [`respond`]. The first try happens before any response is

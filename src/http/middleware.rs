@@ -1,21 +1,88 @@
-//! Cross-cutting HTTP layers: problem+json for every error response, and
-//! request metrics labelled by route template.
+//! Cross-cutting HTTP layers. [`observe`] is one middleware for what every
+//! request needs — a request id, a tracing span, metrics by route template
+//! and problem+json for error responses that did not come from our
+//! handlers — so that a request pays for one layer, not five.
 
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 
 use crate::error::{self, ApiError, PROBLEM_CONTENT_TYPE};
 use crate::metrics::Metrics;
 
+/// Correlates a request across services: kept if the client sent one,
+/// generated (a UUID) otherwise, and echoed on the response.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Request id, tracing span, metrics and problem+json for one request.
+pub async fn observe(State(metrics): State<Metrics>, mut request: Request, next: Next) -> Response {
+    let request_id = match request.headers().get(&REQUEST_ID) {
+        Some(id) => id.clone(),
+        None => {
+            let id = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+                .expect("a UUID is a valid header value");
+            request.headers_mut().insert(REQUEST_ID, id.clone());
+            id
+        }
+    };
+    // Route template only (never the raw path: it carries names and
+    // holder ids).
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let method = method_label(request.method());
+    let span = tracing::info_span!(
+        "request",
+        method,
+        route,
+        request_id = request_id.to_str().unwrap_or(""),
+    );
+    let started = Instant::now();
+    let mut response = problem_json(next.run(request).instrument(span.clone()).await);
+    let elapsed = started.elapsed();
+    let status = response.status();
+    if status.is_server_error() {
+        span.in_scope(|| {
+            tracing::error!(
+                status = status.as_u16(),
+                latency_ms = elapsed.as_millis() as u64,
+                "response failed"
+            )
+        });
+    }
+    metrics
+        .http_duration
+        .with_label_values(&[method, route])
+        .observe(elapsed.as_secs_f64());
+    metrics
+        .http_requests
+        .with_label_values(&[method, route, status.as_str()])
+        .inc();
+    response.headers_mut().insert(REQUEST_ID, request_id);
+    response
+}
+
+/// A bounded label for the method.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
 /// Rewrites error responses that did not come from our handlers (axum's
 /// rejections, the method router's 405, body limits) into problem+json,
 /// keeping their headers (e.g. `Allow` on 405).
-pub async fn problem_json(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+fn problem_json(response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
@@ -35,32 +102,6 @@ pub async fn problem_json(request: Request, next: Next) -> Response {
         parts.headers.insert(name.clone(), value.clone());
     }
     Response::from_parts(parts, body)
-}
-
-/// Counts requests and times them by method and matched route template
-/// (never the raw path: it carries names and holder ids).
-pub async fn record(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
-    let method = request.method().as_str().to_string();
-    let method = match method.as_str() {
-        "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "PATCH" | "OPTIONS" => method,
-        _ => "other".to_string(),
-    };
-    let started = Instant::now();
-    let response = next.run(request).await;
-    metrics
-        .http_duration
-        .with_label_values(&[&method, &route])
-        .observe(started.elapsed().as_secs_f64());
-    metrics
-        .http_requests
-        .with_label_values(&[&method, &route, response.status().as_str()])
-        .inc();
-    response
 }
 
 /// Unknown routes.

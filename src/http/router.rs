@@ -8,19 +8,17 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
+use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish};
-use super::{health, locks, middleware};
+use super::{health, locks};
 use crate::config::CorsOrigins;
 use crate::state::AppState;
 
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// Sent by clients that retry non-idempotent requests safely (browsers
 /// must be allowed to send it and to read it back).
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -44,8 +42,9 @@ fn api_router() -> (Router<AppState>, serde_json::Value) {
     (router, polish(doc))
 }
 
-/// The router with every layer: body limit, problem+json for errors,
-/// metrics, tracing with request ids, CORS, Swagger UI and fallbacks.
+/// The router with every layer: body limit, panic catching, one
+/// [`middleware::observe`] layer (request id, tracing span, metrics,
+/// problem+json for errors), CORS, Swagger UI and fallbacks.
 pub fn router(state: AppState) -> Router {
     let (api, openapi) = api_router();
     let swagger = SwaggerUi::new("/docs")
@@ -53,25 +52,6 @@ pub fn router(state: AppState) -> Router {
         .config(utoipa_swagger_ui::Config::default().validator_url("none"));
     let metrics = state.metrics.clone();
     let config = state.config.clone();
-
-    let trace = TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
-        // Route template only: raw paths carry names and holder ids. The
-        // field values are only computed when the span is enabled.
-        tracing::info_span!(
-            "request",
-            method = %request.method(),
-            route = request
-                .extensions()
-                .get::<axum::extract::MatchedPath>()
-                .map(|p| p.as_str())
-                .unwrap_or(""),
-            request_id = request
-                .headers()
-                .get(&REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
-        )
-    });
 
     let mut app = api
         .fallback(middleware::not_found)
@@ -81,14 +61,10 @@ pub fn router(state: AppState) -> Router {
         // A bug must still answer (500 `internal`, detail not leaked)
         // rather than drop the connection.
         .layer(CatchPanicLayer::custom(middleware::panic_response))
-        .layer(axum::middleware::from_fn(middleware::problem_json))
         .layer(axum::middleware::from_fn_with_state(
             metrics,
-            middleware::record,
-        ))
-        .layer(trace)
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid));
+            middleware::observe,
+        ));
 
     let exposed = [
         header::LOCATION,

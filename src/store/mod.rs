@@ -7,8 +7,8 @@
 //!
 //! Key layout: `{prefix}{<name>}:<part>`. Every key and channel of one
 //! object shares the hash tag `{<name>}`, so each script touches a single
-//! Redis Cluster slot. Names never contain braces (see the README's
-//! naming rules).
+//! Redis Cluster slot. Names never contain braces (the README's "Using
+//! locks with curl" gives the allowed characters).
 
 pub mod backend;
 pub mod pool;
