@@ -378,7 +378,6 @@ impl Waiter {
                 Err(e) => return Err(WaitError::Backend(e)),
             };
             let recheck = Instant::now() + recheck;
-            seen.mark_unchanged();
             loop {
                 tokio::select! {
                     biased;
