@@ -205,26 +205,31 @@ async fn guarded_try<A: Acquisition>(
 ) -> Result<Attempt<Made<A::Grant>>, StoreError> {
     let attempt = AttemptId::new();
     let mut guard = UndoGuard {
-        pending: Some((acquisition.clone(), attempt.clone())),
+        acquisition,
+        attempt: &attempt,
+        armed: true,
     };
     let result = acquisition.attempt(&attempt).await;
-    if !result.as_ref().is_err_and(StoreError::outcome_unknown) {
-        guard.pending = None;
-    }
+    guard.armed = result.as_ref().is_err_and(StoreError::outcome_unknown);
+    drop(guard);
     result.map(|tried| match tried {
         Attempt::Granted(grant) => Attempt::Granted((attempt, grant)),
         Attempt::Blocked(blocked) => Attempt::Blocked(blocked),
     })
 }
 
-struct UndoGuard<A: Acquisition> {
-    pending: Option<(A, AttemptId)>,
+/// Gives back `attempt` when dropped armed (the acquisition is only
+/// cloned then, so a try that completes costs no clone).
+struct UndoGuard<'a, A: Acquisition> {
+    acquisition: &'a A,
+    attempt: &'a AttemptId,
+    armed: bool,
 }
 
-impl<A: Acquisition> Drop for UndoGuard<A> {
+impl<A: Acquisition> Drop for UndoGuard<'_, A> {
     fn drop(&mut self) {
-        if let Some((acquisition, attempt)) = self.pending.take() {
-            give_back(acquisition, attempt);
+        if self.armed {
+            give_back(self.acquisition.clone(), self.attempt.clone());
         }
     }
 }
