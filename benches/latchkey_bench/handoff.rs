@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 use crate::client;
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile};
+use crate::tasks::join_all;
 
 /// Long-poll budget of a waiter: far longer than a run.
 const WAIT_MS: u64 = 30_000;
@@ -184,21 +185,7 @@ async fn run(
     }
     tokio::time::sleep(timing.run).await;
     shared.stop.store(true, Ordering::Relaxed);
-    let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
-        while let Some(joined) = tasks.join_next().await {
-            match joined {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => errors.push(e),
-                Err(e) => errors.push(format!("waiter panicked: {e}")),
-            }
-        }
-    })
-    .await;
-    if drained.is_err() {
-        errors.push(format!(
-            "waiters still running {DRAIN_DEADLINE:?} after the stop"
-        ));
-    }
+    join_all(&mut tasks, DRAIN_DEADLINE, errors).await;
     let (commands, evalsha) = (admin.total_commands().await?, admin.evalsha().await?);
     let timeouts = shared.timeouts.load(Ordering::Relaxed);
     if timeouts > 0 {

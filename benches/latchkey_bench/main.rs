@@ -15,6 +15,7 @@
 
 mod bare;
 mod client;
+mod cpu;
 mod handoff;
 mod parked;
 mod pinning;
@@ -22,6 +23,7 @@ mod procs;
 mod redisinfo;
 mod report;
 mod stats;
+mod tasks;
 mod throughput;
 
 use std::process::ExitCode;
@@ -154,14 +156,14 @@ fn run(
     };
     // Its worker threads inherit this thread's core (the load generator's).
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
-    let result = runtime.block_on(phases(settings, cpu, &children, notes));
+    let result = runtime.block_on(phases(settings, placement, &children, notes));
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
 }
 
 async fn phases(
     settings: &Settings,
-    cpu: Option<usize>,
+    placement: &Placement,
     children: &Children,
     mut notes: Vec<String>,
 ) -> Result<report::Report, String> {
@@ -186,6 +188,7 @@ async fn phases(
         bare: children.bare_url.clone(),
         direct: Redis::connect(&children.redis_url).await?.conn(),
         admin: admin.clone(),
+        cpus: placement.server_cpu.zip(placement.client_cpu),
     };
     let mut throughput = Vec::new();
     for c in CONCURRENCY {
@@ -203,7 +206,7 @@ async fn phases(
     )
     .await;
     let setup = parked::Setup {
-        cpu,
+        cpu: placement.server_cpu,
         redis_url: children.redis_url.clone(),
         waiters: settings.parked,
         warm_up: (settings.parked / 50).max(1),

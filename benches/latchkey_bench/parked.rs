@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use crate::client::{self, expect_status};
 use crate::procs::{self, Service};
 use crate::stats::median;
+use crate::tasks::join_all;
 
 /// Long-poll budget of a parked waiter (the service's max_wait_ms is
 /// raised to match): parking and freeing must finish well within it.
@@ -182,18 +183,9 @@ async fn park(
     tokio::time::sleep(Duration::from_millis(200)).await;
     let parked = service.child.rss_kib()?;
     owners(&client, &base, names, false).await?;
-    let (mut answered, mut errors) = (0, Vec::new());
-    let joined = tokio::time::timeout(DEADLINE, async {
-        while let Some(result) = tasks.join_next().await {
-            match result {
-                Ok(Ok(())) => answered += 1,
-                Ok(Err(e)) => errors.push(e),
-                Err(e) => errors.push(format!("waiter panicked: {e}")),
-            }
-        }
-    })
-    .await;
-    if joined.is_err() || answered != n {
+    let mut errors = Vec::new();
+    let answered = join_all(&mut tasks, DEADLINE, &mut errors).await.len();
+    if answered != n {
         let first = errors.first().cloned().unwrap_or_default();
         return Err(format!(
             "{answered} of {n} waiters answered; first error: {first}"

@@ -9,6 +9,8 @@
 pub struct Placement {
     /// Core of the service, Redis and the bare baseline (None: unpinned).
     pub server_cpu: Option<usize>,
+    /// Core of the load generator (None: unpinned).
+    pub client_cpu: Option<usize>,
     /// One human-readable line for the report.
     pub note: String,
 }
@@ -22,6 +24,7 @@ impl Placement {
         if allowed.len() < 2 {
             return Placement {
                 server_cpu: None,
+                client_cpu: None,
                 note: format!(
                     "only {} allowed core(s) {allowed:?}: NOT pinned, the client, the \
                      service and Redis share it, so every figure is a lower bound",
@@ -33,6 +36,7 @@ impl Placement {
         match pin_current_thread(client) {
             Ok(()) => Placement {
                 server_cpu: Some(server),
+                client_cpu: Some(client),
                 note: format!(
                     "{} allowed cores {allowed:?}: latchkey, its redis-server and the bare \
                      axum server pinned to core {server} (taskset), the load generator to \
@@ -42,6 +46,7 @@ impl Placement {
             },
             Err(e) => Placement {
                 server_cpu: None,
+                client_cpu: None,
                 note: format!("pinning failed ({e}): NOT pinned"),
             },
         }

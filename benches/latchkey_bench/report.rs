@@ -129,7 +129,24 @@ fn parked_rows(rows: &[parked::Row]) {
     }
 }
 
+/// Which side was saturated, per concurrency.
+fn busy_footnotes(rows: &[throughput::Row]) {
+    for r in rows {
+        let kinds: Vec<String> = (r.busy.iter())
+            .map(|(kind, [server, client])| {
+                format!("{kind} {}/{}", fig(*server, 0), fig(*client, 0))
+            })
+            .collect();
+        println!(
+            "- CPU busy %, server core / load-generator core, c={}: {}.",
+            r.c,
+            kinds.join(", ")
+        );
+    }
+}
+
 fn footnotes(report: &Report) {
+    busy_footnotes(&report.throughput);
     for r in &report.handoff {
         println!(
             "- handoff, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \

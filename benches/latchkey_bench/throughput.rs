@@ -13,6 +13,7 @@
 //! The kinds' rounds are interleaved (L D B H L D B H …) and each figure
 //! is the median over rounds, so all columns of a row see the same noise.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,8 +24,13 @@ use reqwest::StatusCode;
 use tokio::task::JoinSet;
 
 use crate::client::{self, LEASE_MS, expect_status};
+use crate::cpu::Snapshot;
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile_us};
+use crate::tasks::join_all;
+
+/// Workers must stop within this after a round ends.
+const STOP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The lock scripts, exactly as the service embeds them.
 const ACQUIRE_LUA: &str = include_str!("../../src/store/scripts/lock_acquire.lua");
@@ -47,6 +53,8 @@ struct Round {
     per_s: f64,
     /// p50 of each step of the operation, µs.
     step_p50_us: Vec<f64>,
+    /// Busy % of the server core and the client core while measuring.
+    busy: [f64; 2],
     errors: Vec<String>,
 }
 
@@ -59,7 +67,7 @@ struct Shared {
 
 /// Runs one worker per op: warm-up, then counts operations and keeps step
 /// latencies during the measured window.
-async fn drive<O: Op>(ops: Vec<O>, timing: Timing) -> Round {
+async fn drive<O: Op>(ops: Vec<O>, timing: Timing, cpus: Option<(usize, usize)>) -> Round {
     let shared = Arc::new(Shared::default());
     let mut tasks = JoinSet::new();
     for mut op in ops {
@@ -79,25 +87,22 @@ async fn drive<O: Op>(ops: Vec<O>, timing: Timing) -> Round {
     }
     tokio::time::sleep(timing.warm_up).await;
     shared.measuring.store(true, Ordering::Relaxed);
-    let start = Instant::now();
+    let (start, cpu_start) = (Instant::now(), Snapshot::now());
     tokio::time::sleep(timing.measure).await;
     shared.measuring.store(false, Ordering::Relaxed);
-    let elapsed = start.elapsed();
+    let (elapsed, cpu_end) = (start.elapsed(), Snapshot::now());
     shared.stop.store(true, Ordering::Relaxed);
     let (mut steps, mut errors) = (Vec::<Vec<Duration>>::new(), Vec::new());
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok(Ok(worker)) => {
-                steps.resize_with(steps.len().max(worker.len()), Vec::new);
-                steps.iter_mut().zip(worker).for_each(|(s, w)| s.extend(w));
-            }
-            Ok(Err(e)) => errors.push(e),
-            Err(e) => errors.push(format!("worker panicked: {e}")),
-        }
+    for worker in join_all(&mut tasks, STOP_DEADLINE, &mut errors).await {
+        steps.resize_with(steps.len().max(worker.len()), Vec::new);
+        steps.iter_mut().zip(worker).for_each(|(s, w)| s.extend(w));
     }
     Round {
         per_s: shared.ops.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64(),
         step_p50_us: steps.iter_mut().map(|s| percentile_us(s, 50.0)).collect(),
+        busy: cpus.map_or([f64::NAN; 2], |(server, client)| {
+            [server, client].map(|cpu| cpu_start.busy_percent(&cpu_end, cpu))
+        }),
         errors,
     }
 }
@@ -181,6 +186,8 @@ pub struct Targets {
     pub direct: MultiplexedConnection,
     /// Statistics connection.
     pub admin: Redis,
+    /// (server core, client core) when pinned.
+    pub cpus: Option<(usize, usize)>,
 }
 
 /// One row of results at concurrency `c` (medians over rounds).
@@ -199,6 +206,8 @@ pub struct Row {
     pub healthz_p50_us: f64,
     pub redis_us_latchkey: f64,
     pub redis_us_direct: f64,
+    /// Busy % of (server core, client core) per kind, medians.
+    pub busy: Vec<(&'static str, [f64; 2])>,
     pub errors: Vec<String>,
 }
 
@@ -259,45 +268,67 @@ impl Targets {
     }
 }
 
+/// The four kinds: their names, and the column names of their steps.
+const KINDS: [(&str, &[&str]); 4] = [
+    ("latchkey", &["acq", "rel"]),
+    ("direct", &["acq", "rel"]),
+    ("bare", &["p50"]),
+    ("healthz", &["p50"]),
+];
+
 /// Interleaved rounds of the four kinds at concurrency `c`; medians.
 pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Row {
-    let mut cols: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut cols: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut errors = Vec::new();
-    let mut put = |round: &Round, names: &[&'static str], extra: Option<(&'static str, f64)>| {
-        cols.entry(names[0]).or_default().push(round.per_s);
-        for (name, p50) in names[1..].iter().zip(&round.step_p50_us) {
-            cols.entry(name).or_default().push(*p50);
-        }
-        if let Some((name, value)) = extra {
-            cols.entry(name).or_default().push(value);
-        }
-        errors.extend(round.errors.iter().map(|e| format!("c={c}: {e}")));
-    };
     for _ in 0..rounds {
-        let (l, l_us) = t.with_redis_cpu(drive(t.http_pairs(c), timing)).await;
-        put(&l, &["l", "acq", "rel"], Some(("l_us", l_us)));
-        let (d, d_us) = t.with_redis_cpu(drive(t.direct_pairs(c), timing)).await;
-        put(&d, &["d", "d_acq", "d_rel"], Some(("d_us", d_us)));
-        let b = drive(t.gets(format!("{}/", t.bare), c), timing).await;
-        put(&b, &["b", "b_p50"], None);
-        let h = drive(t.gets(format!("{}/healthz", t.latchkey), c), timing).await;
-        put(&h, &["h", "h_p50"], None);
+        let (l, l_us) = t
+            .with_redis_cpu(drive(t.http_pairs(c), timing, t.cpus))
+            .await;
+        let (d, d_us) = t
+            .with_redis_cpu(drive(t.direct_pairs(c), timing, t.cpus))
+            .await;
+        let b = drive(t.gets(format!("{}/", t.bare), c), timing, t.cpus).await;
+        let h = drive(t.gets(format!("{}/healthz", t.latchkey), c), timing, t.cpus).await;
+        let redis_us = [l_us, d_us, f64::NAN, f64::NAN];
+        for (((kind, steps), round), us) in KINDS.iter().zip([l, d, b, h]).zip(redis_us) {
+            let mut put =
+                |name: &str, v: f64| cols.entry(format!("{kind}_{name}")).or_default().push(v);
+            put("per_s", round.per_s);
+            put("redis_us", us);
+            put("busy_server", round.busy[0]);
+            put("busy_client", round.busy[1]);
+            steps
+                .iter()
+                .zip(&round.step_p50_us)
+                .for_each(|(s, v)| put(s, *v));
+            errors.extend(round.errors.iter().map(|e| format!("{kind} c={c}: {e}")));
+        }
     }
     let mut m = |name: &str| median(cols.remove(name).unwrap_or_default());
+    let busy = KINDS.map(|(kind, _)| {
+        (
+            kind,
+            [
+                m(&format!("{kind}_busy_server")),
+                m(&format!("{kind}_busy_client")),
+            ],
+        )
+    });
     Row {
         c,
-        latchkey_pairs: m("l"),
-        direct_pairs: m("d"),
-        bare_rps: m("b"),
-        healthz_rps: m("h"),
-        acquire_p50_us: m("acq"),
-        release_p50_us: m("rel"),
-        direct_acquire_p50_us: m("d_acq"),
-        direct_release_p50_us: m("d_rel"),
-        bare_p50_us: m("b_p50"),
-        healthz_p50_us: m("h_p50"),
-        redis_us_latchkey: m("l_us"),
-        redis_us_direct: m("d_us"),
+        latchkey_pairs: m("latchkey_per_s"),
+        direct_pairs: m("direct_per_s"),
+        bare_rps: m("bare_per_s"),
+        healthz_rps: m("healthz_per_s"),
+        acquire_p50_us: m("latchkey_acq"),
+        release_p50_us: m("latchkey_rel"),
+        direct_acquire_p50_us: m("direct_acq"),
+        direct_release_p50_us: m("direct_rel"),
+        bare_p50_us: m("bare_p50"),
+        healthz_p50_us: m("healthz_p50"),
+        redis_us_latchkey: m("latchkey_redis_us"),
+        redis_us_direct: m("direct_redis_us"),
+        busy: busy.to_vec(),
         errors,
     }
 }
