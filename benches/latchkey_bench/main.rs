@@ -29,6 +29,7 @@ mod throughput;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use cpu::Watch;
 use pinning::Placement;
 use redisinfo::Redis;
 
@@ -129,10 +130,10 @@ fn machine_note(cores: usize) -> String {
 
 /// The long-lived children: Redis, the service, the bare server.
 struct Children {
-    _redis: procs::Child,
+    redis: procs::Child,
     redis_url: String,
     service: procs::Service,
-    _bare: procs::Child,
+    bare: procs::Child,
     bare_url: String,
 }
 
@@ -148,10 +149,10 @@ fn run(
     let service = procs::start_service(cpu, &redis_url, 1_000, 60_000)?;
     let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
     let children = Children {
-        _redis: redis,
+        redis,
         redis_url,
         service,
-        _bare: bare,
+        bare,
         bare_url,
     };
     // Its worker threads inherit this thread's core (the load generator's).
@@ -183,12 +184,11 @@ async fn phases(
     ));
     let client = client::build()?;
     let targets = throughput::Targets {
-        client: client.clone(),
         latchkey: children.service.base.clone(),
         bare: children.bare_url.clone(),
         direct: Redis::connect(&children.redis_url).await?.conn(),
         admin: admin.clone(),
-        cpus: placement.server_cpu.zip(placement.client_cpu),
+        watch: watch(placement, children),
     };
     let mut throughput = Vec::new();
     for c in CONCURRENCY {
@@ -221,6 +221,24 @@ async fn phases(
         throughput,
         handoff,
         parked,
+        cpu_labels: targets.watch.labels(),
         errors,
     })
+}
+
+/// The cores in use (all allowed ones when unpinned) and our processes.
+fn watch(placement: &Placement, children: &Children) -> Watch {
+    let cores = match (placement.server_cpu, placement.client_cpu) {
+        (Some(server), Some(client)) => vec![server, client],
+        _ => pinning::allowed_cpus(),
+    };
+    Watch {
+        cores,
+        processes: vec![
+            ("latchkey", children.service.child.pid()),
+            ("redis-server", children.redis.pid()),
+            ("bare axum", children.bare.pid()),
+            ("load generator", std::process::id()),
+        ],
+    }
 }

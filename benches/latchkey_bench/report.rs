@@ -9,6 +9,8 @@ pub struct Report {
     pub throughput: Vec<throughput::Row>,
     pub handoff: Vec<handoff::Row>,
     pub parked: Vec<parked::Row>,
+    /// Labels of the CPU figures of the throughput rows.
+    pub cpu_labels: Vec<String>,
     pub errors: Vec<String>,
 }
 
@@ -129,24 +131,28 @@ fn parked_rows(rows: &[parked::Row]) {
     }
 }
 
-/// Which side was saturated, per concurrency.
-fn busy_footnotes(rows: &[throughput::Row]) {
+/// Which side was saturated, per concurrency (only figures ≥ 1%).
+fn busy_footnotes(rows: &[throughput::Row], labels: &[String]) {
     for r in rows {
         let kinds: Vec<String> = (r.busy.iter())
-            .map(|(kind, [server, client])| {
-                format!("{kind} {}/{}", fig(*server, 0), fig(*client, 0))
+            .map(|(kind, busy)| {
+                let parts: Vec<String> = (labels.iter().zip(busy))
+                    .filter(|(_, v)| **v >= 1.0)
+                    .map(|(label, v)| format!("{label} {v:.0}"))
+                    .collect();
+                format!("{kind}: {}", parts.join(", "))
             })
             .collect();
         println!(
-            "- CPU busy %, server core / load-generator core, c={}: {}.",
+            "- CPU % of one core during the c={} rounds — {}.",
             r.c,
-            kinds.join(", ")
+            kinds.join("; ")
         );
     }
 }
 
 fn footnotes(report: &Report) {
-    busy_footnotes(&report.throughput);
+    busy_footnotes(&report.throughput, &report.cpu_labels);
     for r in &report.handoff {
         println!(
             "- handoff, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \

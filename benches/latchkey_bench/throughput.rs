@@ -19,12 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use hyper::body::Bytes;
+use hyper::{Method, StatusCode};
 use redis::aio::MultiplexedConnection;
-use reqwest::StatusCode;
 use tokio::task::JoinSet;
 
-use crate::client::{self, LEASE_MS, expect_status};
-use crate::cpu::Snapshot;
+use crate::client::{Conn, LEASE_MS};
+use crate::cpu::Watch;
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile_us};
 use crate::tasks::join_all;
@@ -53,8 +54,8 @@ struct Round {
     per_s: f64,
     /// p50 of each step of the operation, µs.
     step_p50_us: Vec<f64>,
-    /// Busy % of the server core and the client core while measuring.
-    busy: [f64; 2],
+    /// Percent of a core used by each of [`Watch::labels`] while measuring.
+    busy: Vec<f64>,
     errors: Vec<String>,
 }
 
@@ -67,7 +68,7 @@ struct Shared {
 
 /// Runs one worker per op: warm-up, then counts operations and keeps step
 /// latencies during the measured window.
-async fn drive<O: Op>(ops: Vec<O>, timing: Timing, cpus: Option<(usize, usize)>) -> Round {
+async fn drive<O: Op>(ops: Vec<O>, timing: Timing, watch: &Watch) -> Round {
     let shared = Arc::new(Shared::default());
     let mut tasks = JoinSet::new();
     for mut op in ops {
@@ -87,10 +88,10 @@ async fn drive<O: Op>(ops: Vec<O>, timing: Timing, cpus: Option<(usize, usize)>)
     }
     tokio::time::sleep(timing.warm_up).await;
     shared.measuring.store(true, Ordering::Relaxed);
-    let (start, cpu_start) = (Instant::now(), Snapshot::now());
+    let (start, cpu_start) = (Instant::now(), watch.sample());
     tokio::time::sleep(timing.measure).await;
     shared.measuring.store(false, Ordering::Relaxed);
-    let (elapsed, cpu_end) = (start.elapsed(), Snapshot::now());
+    let (elapsed, cpu_end) = (start.elapsed(), watch.sample());
     shared.stop.store(true, Ordering::Relaxed);
     let (mut steps, mut errors) = (Vec::<Vec<Duration>>::new(), Vec::new());
     for worker in join_all(&mut tasks, STOP_DEADLINE, &mut errors).await {
@@ -100,45 +101,71 @@ async fn drive<O: Op>(ops: Vec<O>, timing: Timing, cpus: Option<(usize, usize)>)
     Round {
         per_s: shared.ops.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64(),
         step_p50_us: steps.iter_mut().map(|s| percentile_us(s, 50.0)).collect(),
-        busy: cpus.map_or([f64::NAN; 2], |(server, client)| {
-            [server, client].map(|cpu| cpu_start.busy_percent(&cpu_end, cpu))
-        }),
+        busy: watch.between(&cpu_start, &cpu_end),
         errors,
+    }
+}
+
+/// A connection opened on first use (in the warm-up).
+struct Lazy {
+    base: Arc<str>,
+    conn: Option<Conn>,
+}
+
+impl Lazy {
+    fn new(base: &Arc<str>) -> Lazy {
+        Lazy {
+            base: base.clone(),
+            conn: None,
+        }
+    }
+
+    async fn get(&mut self) -> Result<&mut Conn, String> {
+        if self.conn.is_none() {
+            self.conn = Some(Conn::open(&self.base).await?);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
     }
 }
 
 /// latchkey: acquire then release over HTTP.
 struct HttpPair {
-    client: reqwest::Client,
-    base: Arc<str>,
-    name: String,
-    holder: String,
+    conn: Lazy,
+    acquire: String,
+    body: Bytes,
+    release: String,
 }
 
 impl Op for HttpPair {
     async fn run(&mut self) -> Result<Vec<Duration>, String> {
+        let conn = self.conn.get().await?;
         let t0 = Instant::now();
-        let response = client::acquire(&self.client, &self.base, &self.name, &self.holder, 0)
-            .send()
-            .await;
-        expect_status(response, StatusCode::CREATED, "acquire").await?;
+        conn.call(
+            Method::POST,
+            &self.acquire,
+            Some(&self.body),
+            StatusCode::CREATED,
+        )
+        .await?;
         let t1 = Instant::now();
-        client::release(&self.client, &self.base, &self.name, &self.holder).await?;
+        conn.call(Method::DELETE, &self.release, None, StatusCode::OK)
+            .await?;
         Ok(vec![t1 - t0, t1.elapsed()])
     }
 }
 
 /// bare / healthz: one GET.
 struct Get {
-    client: reqwest::Client,
-    url: Arc<str>,
+    conn: Lazy,
+    path: &'static str,
 }
 
 impl Op for Get {
     async fn run(&mut self) -> Result<Vec<Duration>, String> {
+        let conn = self.conn.get().await?;
         let t0 = Instant::now();
-        let response = self.client.get(&*self.url).send().await;
-        expect_status(response, StatusCode::OK, "GET").await?;
+        conn.call(Method::GET, self.path, None, StatusCode::OK)
+            .await?;
         Ok(vec![t0.elapsed()])
     }
 }
@@ -179,15 +206,14 @@ impl Op for DirectPair {
 
 /// Everything a throughput round needs.
 pub struct Targets {
-    pub client: reqwest::Client,
     pub latchkey: String,
     pub bare: String,
     /// The direct floor's one connection.
     pub direct: MultiplexedConnection,
     /// Statistics connection.
     pub admin: Redis,
-    /// (server core, client core) when pinned.
-    pub cpus: Option<(usize, usize)>,
+    /// The cores and processes whose CPU use is reported.
+    pub watch: Watch,
 }
 
 /// One row of results at concurrency `c` (medians over rounds).
@@ -207,7 +233,7 @@ pub struct Row {
     pub redis_us_latchkey: f64,
     pub redis_us_direct: f64,
     /// Busy % of (server core, client core) per kind, medians.
-    pub busy: Vec<(&'static str, [f64; 2])>,
+    pub busy: Vec<(&'static str, Vec<f64>)>,
     pub errors: Vec<String>,
 }
 
@@ -215,11 +241,15 @@ impl Targets {
     fn http_pairs(&self, c: usize) -> Vec<HttpPair> {
         let base: Arc<str> = self.latchkey.as_str().into();
         (0..c)
-            .map(|i| HttpPair {
-                client: self.client.clone(),
-                base: base.clone(),
-                name: format!("bench-c{c}-{i}"),
-                holder: format!("h{i}"),
+            .map(|i| {
+                let (name, holder) = (format!("bench-c{c}-{i}"), format!("h{i}"));
+                let body = serde_json::json!({ "holder": holder, "lease_ms": LEASE_MS });
+                HttpPair {
+                    conn: Lazy::new(&base),
+                    acquire: format!("/locks/{name}/acquire"),
+                    body: Bytes::from(body.to_string()),
+                    release: format!("/locks/{name}/holders/{holder}"),
+                }
             })
             .collect()
     }
@@ -243,12 +273,12 @@ impl Targets {
             .collect()
     }
 
-    fn gets(&self, url: String, c: usize) -> Vec<Get> {
-        let url: Arc<str> = url.into();
+    fn gets(&self, base: &str, path: &'static str, c: usize) -> Vec<Get> {
+        let base: Arc<str> = base.into();
         (0..c)
             .map(|_| Get {
-                client: self.client.clone(),
-                url: url.clone(),
+                conn: Lazy::new(&base),
+                path,
             })
             .collect()
     }
@@ -282,21 +312,20 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
     let mut errors = Vec::new();
     for _ in 0..rounds {
         let (l, l_us) = t
-            .with_redis_cpu(drive(t.http_pairs(c), timing, t.cpus))
+            .with_redis_cpu(drive(t.http_pairs(c), timing, &t.watch))
             .await;
         let (d, d_us) = t
-            .with_redis_cpu(drive(t.direct_pairs(c), timing, t.cpus))
+            .with_redis_cpu(drive(t.direct_pairs(c), timing, &t.watch))
             .await;
-        let b = drive(t.gets(format!("{}/", t.bare), c), timing, t.cpus).await;
-        let h = drive(t.gets(format!("{}/healthz", t.latchkey), c), timing, t.cpus).await;
+        let b = drive(t.gets(&t.bare, "/", c), timing, &t.watch).await;
+        let h = drive(t.gets(&t.latchkey, "/healthz", c), timing, &t.watch).await;
         let redis_us = [l_us, d_us, f64::NAN, f64::NAN];
         for (((kind, steps), round), us) in KINDS.iter().zip([l, d, b, h]).zip(redis_us) {
             let mut put =
                 |name: &str, v: f64| cols.entry(format!("{kind}_{name}")).or_default().push(v);
             put("per_s", round.per_s);
             put("redis_us", us);
-            put("busy_server", round.busy[0]);
-            put("busy_client", round.busy[1]);
+            (round.busy.iter().enumerate()).for_each(|(i, v)| put(&format!("busy{i}"), *v));
             steps
                 .iter()
                 .zip(&round.step_p50_us)
@@ -305,13 +334,11 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
         }
     }
     let mut m = |name: &str| median(cols.remove(name).unwrap_or_default());
+    let labels = t.watch.labels().len();
     let busy = KINDS.map(|(kind, _)| {
         (
             kind,
-            [
-                m(&format!("{kind}_busy_server")),
-                m(&format!("{kind}_busy_client")),
-            ],
+            (0..labels).map(|i| m(&format!("{kind}_busy{i}"))).collect(),
         )
     });
     Row {
