@@ -81,6 +81,24 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// The note that says what ran and for how long.
+    fn describe(&self, redis_version: &str) -> String {
+        format!(
+            "redis-server {redis_version} (no persistence) and the release `latchkey` binary \
+             (default settings but log level info, max_waiters and max_wait_ms) on loopback; \
+             {} interleaved rounds per figure, medians; throughput rounds {:?} after {:?} \
+             warm-up; handoff runs {:?}; {} parked requests on a fresh server per round{}",
+            self.rounds,
+            self.throughput.measure,
+            self.throughput.warm_up,
+            self.handoff.run,
+            self.parked,
+            if self.quick { "; QUICK MODE" } else { "" }
+        )
+    }
+}
+
 fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(bare::MARKER) {
         return bare::serve();
@@ -170,18 +188,7 @@ async fn phases(
 ) -> Result<report::Report, String> {
     let admin = Redis::connect(&children.redis_url).await?;
     let version = admin.field("server", "redis_version").await?;
-    notes.push(format!(
-        "redis-server {version} (no persistence) and the release `latchkey` binary (default \
-         settings, log level info, Redis pool default) on loopback; {} interleaved rounds per \
-         figure, medians; throughput rounds {:?} after {:?} warm-up; handoff runs {:?}; {} \
-         parked waiters on a fresh service per round{}",
-        settings.rounds,
-        settings.throughput.measure,
-        settings.throughput.warm_up,
-        settings.handoff.run,
-        settings.parked,
-        if settings.quick { "; QUICK MODE" } else { "" }
-    ));
+    notes.push(settings.describe(&version));
     let client = client::build()?;
     let targets = throughput::Targets {
         latchkey: children.service.base.clone(),

@@ -9,7 +9,9 @@
 //!
 //! Variants: long-polls on one hot lock, SSE streams (`Accept:
 //! text/event-stream`) on one hot lock, and long-polls each on its own
-//! lock ("many objects").
+//! lock ("many objects"); and, as the reference, requests parked on the
+//! bare axum server's `/park` route (what a pending request costs in
+//! axum, hyper and tokio alone).
 
 use std::time::{Duration, Instant};
 
@@ -37,9 +39,15 @@ pub enum Variant {
     LongPoll,
     Sse,
     ManyObjects,
+    Bare,
 }
 
-pub const VARIANTS: [Variant; 3] = [Variant::LongPoll, Variant::Sse, Variant::ManyObjects];
+pub const VARIANTS: [Variant; 4] = [
+    Variant::LongPoll,
+    Variant::Sse,
+    Variant::ManyObjects,
+    Variant::Bare,
+];
 
 /// What one variant measured (medians over rounds).
 #[derive(Debug)]
@@ -92,16 +100,45 @@ async fn owners(
     results.into_iter().collect()
 }
 
+/// Takes (or frees) what the waiters wait for: the locks, or the bare
+/// server's gate.
+async fn hold(
+    client: &reqwest::Client,
+    base: &str,
+    variant: Variant,
+    names: Vec<String>,
+    take: bool,
+) -> Result<(), String> {
+    match (variant, take) {
+        (Variant::Bare, true) => Ok(()),
+        (Variant::Bare, false) => {
+            let response = client.get(format!("{base}/unpark")).send().await;
+            expect_status(response, StatusCode::OK, "unpark")
+                .await
+                .map(drop)
+        }
+        _ => owners(client, base, names, take).await,
+    }
+}
+
 /// One parked waiter: waits for its grant, then releases at once.
 async fn waiter(
     client: reqwest::Client,
     base: String,
     name: String,
     holder: String,
-    sse: bool,
+    variant: Variant,
 ) -> Result<(), String> {
+    if variant == Variant::Bare {
+        let request = client
+            .get(format!("{base}/park"))
+            .timeout(Duration::from_millis(WAIT_MS));
+        return expect_status(request.send().await, StatusCode::OK, "park")
+            .await
+            .map(drop);
+    }
     let mut request = client::acquire(&client, &base, &name, &holder, WAIT_MS);
-    if !sse {
+    if variant != Variant::Sse {
         let response = request.send().await;
         expect_status(response, StatusCode::CREATED, "parked acquire").await?;
         return client::release(&client, &base, &name, &holder).await;
@@ -129,10 +166,22 @@ async fn waiter(
     client::release(&client, &base, &name, &holder).await
 }
 
-/// The service's `latchkey_waiters` gauge.
-async fn waiting(client: &reqwest::Client, base: &str) -> Result<usize, String> {
-    let response = client.get(format!("{base}/metrics")).send().await;
-    let text = expect_status(response, StatusCode::OK, "metrics").await?;
+/// Requests parked: the service's `latchkey_waiters` gauge, or the bare
+/// server's `/parked`.
+async fn waiting(client: &reqwest::Client, base: &str, variant: Variant) -> Result<usize, String> {
+    let path = if variant == Variant::Bare {
+        "parked"
+    } else {
+        "metrics"
+    };
+    let response = client.get(format!("{base}/{path}")).send().await;
+    let text = expect_status(response, StatusCode::OK, path).await?;
+    if variant == Variant::Bare {
+        return text
+            .trim()
+            .parse()
+            .map_err(|e| format!("/parked {text:?}: {e}"));
+    }
     text.lines()
         .find_map(|line| line.strip_prefix("latchkey_waiters "))
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -141,10 +190,15 @@ async fn waiting(client: &reqwest::Client, base: &str) -> Result<usize, String> 
 }
 
 /// Waits until at least `n` requests wait on the service.
-async fn until_waiting(client: &reqwest::Client, base: &str, n: usize) -> Result<(), String> {
+async fn until_waiting(
+    client: &reqwest::Client,
+    base: &str,
+    variant: Variant,
+    n: usize,
+) -> Result<(), String> {
     let started = Instant::now();
     loop {
-        let now = waiting(client, base).await?;
+        let now = waiting(client, base, variant).await?;
         if now >= n {
             return Ok(());
         }
@@ -161,28 +215,28 @@ async fn until_waiting(client: &reqwest::Client, base: &str, n: usize) -> Result
 /// before and after, frees them, and checks every one was answered.
 /// Returns (RSS before, RSS with all parked), KiB.
 async fn park(
-    service: &Service,
+    server: &Service,
     variant: Variant,
     tag: &str,
     n: usize,
 ) -> Result<(u64, u64), String> {
-    let (client, base) = (client::build()?, service.base.clone());
+    let (client, base) = (client::build()?, server.base.clone());
     let mut names: Vec<String> = (0..n).map(|i| lock_of(variant, tag, i)).collect();
     names.dedup();
-    owners(&client, &base, names.clone(), true).await?;
+    hold(&client, &base, variant, names.clone(), true).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = service.child.rss_kib()?;
+    let before = server.child.rss_kib()?;
     let mut tasks = JoinSet::new();
     for start in (0..n).step_by(BATCH) {
         for i in start..(start + BATCH).min(n) {
             let (c, b, name) = (client.clone(), base.clone(), lock_of(variant, tag, i));
-            tasks.spawn(waiter(c, b, name, format!("w{i}"), variant == Variant::Sse));
+            tasks.spawn(waiter(c, b, name, format!("w{i}"), variant));
         }
-        until_waiting(&client, &base, (start + BATCH).min(n)).await?;
+        until_waiting(&client, &base, variant, (start + BATCH).min(n)).await?;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let parked = service.child.rss_kib()?;
-    owners(&client, &base, names, false).await?;
+    let parked = server.child.rss_kib()?;
+    hold(&client, &base, variant, names, false).await?;
     let mut errors = Vec::new();
     let answered = join_all(&mut tasks, DEADLINE, &mut errors).await.len();
     if answered != n {
@@ -194,17 +248,22 @@ async fn park(
     Ok((before, parked))
 }
 
-/// One round of one variant on a fresh service: warm-up, then measure.
+/// One round of one variant on a fresh server: warm-up, then measure.
 /// Returns (KiB per waiter, idle RSS KiB).
 async fn round(setup: &Setup, variant: Variant, round: usize) -> Result<(f64, f64), String> {
     let max_waiters = setup.waiters + setup.warm_up;
-    let service = procs::start_service(setup.cpu, &setup.redis_url, max_waiters, WAIT_MS)?;
+    let server = if variant == Variant::Bare {
+        let (child, base) = procs::start_bare(setup.cpu, crate::bare::MARKER)?;
+        Service { child, base }
+    } else {
+        procs::start_service(setup.cpu, &setup.redis_url, max_waiters, WAIT_MS)?
+    };
     let tag = format!("bench-parked-{variant:?}-r{round}").to_lowercase();
     if setup.warm_up > 0 {
-        park(&service, variant, &format!("{tag}-warm"), setup.warm_up).await?;
+        park(&server, variant, &format!("{tag}-warm"), setup.warm_up).await?;
     }
-    let (before, parked) = park(&service, variant, &tag, setup.waiters).await?;
-    service.child.stop();
+    let (before, parked) = park(&server, variant, &tag, setup.waiters).await?;
+    server.child.stop();
     let kib = (parked as f64 - before as f64) / setup.waiters as f64;
     Ok((kib, before as f64))
 }

@@ -120,14 +120,18 @@ fn handoff_rows(rows: &[handoff::Row]) {
 }
 
 fn parked_rows(rows: &[parked::Row]) {
+    let bare = (rows.iter())
+        .find(|r| r.variant == parked::Variant::Bare)
+        .map_or(NONE, |r| r.kib_per_waiter);
     for r in rows {
         let what = match r.variant {
             parked::Variant::LongPoll => "long-polls on one lock",
             parked::Variant::Sse => "SSE streams on one lock",
             parked::Variant::ManyObjects => "long-polls, each on its own lock",
+            parked::Variant::Bare => continue, // the reference column
         };
-        let measure = format!("KiB of service RSS per parked waiter, {} {what}", r.waiters);
-        row(&measure, r.kib_per_waiter, NONE, NONE, 2);
+        let measure = format!("KiB of server RSS per parked request, {} {what}", r.waiters);
+        row(&measure, r.kib_per_waiter, NONE, bare, 2);
     }
 }
 
@@ -177,7 +181,7 @@ fn footnotes(report: &Report) {
     }
     for r in &report.parked {
         println!(
-            "- parked {:?}: idle service RSS {} MiB.",
+            "- parked {:?}: idle server RSS {} MiB.",
             r.variant,
             fig(r.rss_idle_kib / 1024.0, 1)
         );
