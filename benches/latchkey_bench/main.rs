@@ -216,7 +216,8 @@ async fn phases(
         cpu: placement.server_cpu,
         redis_url: children.redis_url.clone(),
         waiters: settings.parked,
-        warm_up: (settings.parked / 50).max(1),
+        // Few: the allocator keeps what they freed for the measured run.
+        warm_up: (settings.parked / 1000).max(10),
     };
     let parked = parked::measure(&setup, settings.rounds).await;
     let errors = (throughput.iter().flat_map(|r| r.errors.clone()))

@@ -1,4 +1,4 @@
-//! Memory per parked waiter. A fresh latchkey is started for every round
+//! Memory per parked request. A fresh server is started for every round
 //! (so one round's freed memory, which the allocator keeps, cannot hide the
 //! next round's growth). N waiters park on locks someone else holds, in
 //! batches, each batch admitted once the service's `latchkey_waiters`
@@ -69,7 +69,7 @@ pub struct Setup {
     pub warm_up: usize,
 }
 
-/// The lock of waiter `i` and its holder.
+/// The lock waiter `i` waits on.
 fn lock_of(variant: Variant, tag: &str, i: usize) -> String {
     match variant {
         Variant::ManyObjects => format!("{tag}-{i}"),

@@ -42,7 +42,7 @@ fn throughput_rows(rows: &[throughput::Row]) {
         let c = r.c;
         let bare_pairs = r.bare_rps / 2.0;
         row(
-            &format!("acquire+release pairs/s, c={c}"),
+            &format!("acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
             r.latchkey_pairs,
             r.direct_pairs,
             bare_pairs,
