@@ -163,8 +163,8 @@ fn run(
 ) -> Result<report::Report, String> {
     let cpu = placement.server_cpu;
     let (redis, redis_url) = procs::start_redis(cpu)?;
-    // Enough waiters for the handoff runs; the parked phase starts its own.
-    let service = procs::start_service(cpu, &redis_url, 1_000, 60_000)?;
+    // Defaults suit the handoff runs; the parked phase starts its own.
+    let service = procs::start_service(cpu, &redis_url, None)?;
     let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
     let children = Children {
         redis,

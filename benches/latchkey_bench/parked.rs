@@ -256,7 +256,7 @@ async fn round(setup: &Setup, variant: Variant, round: usize) -> Result<(f64, f6
         let (child, base) = procs::start_bare(setup.cpu, crate::bare::MARKER)?;
         Service { child, base }
     } else {
-        procs::start_service(setup.cpu, &setup.redis_url, max_waiters, WAIT_MS)?
+        procs::start_service(setup.cpu, &setup.redis_url, Some((max_waiters, WAIT_MS)))?
     };
     let tag = format!("bench-parked-{variant:?}-r{round}").to_lowercase();
     if setup.warm_up > 0 {

@@ -146,12 +146,13 @@ pub struct Service {
 }
 
 /// Starts the release binary on a free port of its own choosing (it logs
-/// the address), against `redis_url`, with its log level at info.
+/// the address), against `redis_url`, with its log level at info and,
+/// when given, `(max_waiters, max_wait_ms)`; every other setting is left
+/// at its default.
 pub fn start_service(
     cpu: Option<usize>,
     redis_url: &str,
-    max_waiters: usize,
-    max_wait_ms: u64,
+    limits: Option<(usize, u64)>,
 ) -> Result<Service, String> {
     let binary = Path::new(env!("CARGO_BIN_EXE_latchkey"));
     let mut command = command(cpu, binary, &[]);
@@ -163,9 +164,12 @@ pub fn start_service(
         .env("LATCHKEY_LISTEN", "127.0.0.1:0")
         .env("LATCHKEY_REDIS_URL", redis_url)
         .env("LATCHKEY_LOG", "info")
-        .env("LATCHKEY_MAX_WAITERS", max_waiters.to_string())
-        .env("LATCHKEY_MAX_WAIT_MS", max_wait_ms.to_string())
         .stdout(Stdio::piped());
+    if let Some((max_waiters, max_wait_ms)) = limits {
+        command
+            .env("LATCHKEY_MAX_WAITERS", max_waiters.to_string())
+            .env("LATCHKEY_MAX_WAIT_MS", max_wait_ms.to_string());
+    }
     let mut child = spawn(command, "latchkey")?;
     let stdout = child.inner.stdout.take().ok_or("no stdout pipe")?;
     let addr = listening_addr(stdout)?;
