@@ -1,5 +1,5 @@
-//! Private `redis-server` child processes: dev mode (README: "Set up"), and the
-//! test suite and benchmark, which start their own servers the same way.
+//! Private `redis-server` child processes: dev mode (README: "Set up"), and
+//! the test suite, which starts its own servers the same way.
 //!
 //! Each server listens on a free loopback port, with no persistence, in
 //! its own temporary directory. It is stopped when its handle is dropped,

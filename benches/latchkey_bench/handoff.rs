@@ -1,0 +1,266 @@
+//! Handoff latency. W waiters (8, then 64) fight over one lock with
+//! long-polls; whoever is granted releases at once and polls again. A
+//! handoff is "release reply received by the releaser → next grant
+//! received by its client", paired by fencing token (tokens strictly
+//! increase per lock, so grant `t + 1` is the handoff from the holder of
+//! grant `t`, whatever order the replies arrived in). The release reply
+//! and the waiter's wake-up travel in parallel (Redis answers the release
+//! and publishes the wake message in the same script), so that latency
+//! can be tiny or "negative" (counted as 0); the p99 from the moment the
+//! release was *sent* is kept as an upper bound. Redis commands per
+//! handoff (`total_commands_processed`, script-internal calls included,
+//! over the handoffs of the run) must not grow with W: no thundering herd.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use tokio::task::JoinSet;
+
+use crate::client;
+use crate::redisinfo::Redis;
+use crate::stats::{median, percentile};
+use crate::tasks::join_all;
+
+/// Long-poll budget of a waiter: far longer than a run.
+const WAIT_MS: u64 = 30_000;
+/// A run (including the drain) must finish within this after its stop.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Length of a run and its discarded start (TCP connects happen there).
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub run: Duration,
+    pub warm_up: Duration,
+}
+
+/// One entry of the shared log.
+#[derive(Clone, Copy)]
+enum Event {
+    /// A 201 with `token` reached waiter `task`.
+    Granted { token: u64, task: usize },
+    /// The release of token `t` is about to be sent.
+    ReleaseSent(u64),
+    /// The 200 of the release of token `t` reached the releaser.
+    Released(u64),
+}
+
+/// Time-ordered log: each instant is taken under the mutex.
+#[derive(Default)]
+struct Log(Mutex<Vec<(Event, Instant)>>);
+
+impl Log {
+    fn record(&self, event: Event) {
+        let mut log = self.0.lock().expect("handoff log poisoned");
+        log.push((event, Instant::now()));
+    }
+}
+
+/// What the waiters share.
+struct Waiters {
+    client: reqwest::Client,
+    base: String,
+    name: String,
+    log: Log,
+    stop: AtomicBool,
+    /// Long-polls that ended in 409 (must stay 0: WAIT_MS ≫ the run).
+    timeouts: AtomicU64,
+}
+
+/// One waiter: acquire (long-poll), log, release, log, until stopped.
+async fn waiter(w: Arc<Waiters>, task: usize) -> Result<(), String> {
+    let holder = format!("t{task}");
+    while !w.stop.load(Ordering::Relaxed) {
+        let response = client::acquire(&w.client, &w.base, &w.name, &holder, WAIT_MS)
+            .send()
+            .await
+            .map_err(|e| format!("acquire: request failed: {e}"))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| format!("acquire body: {e}"))?;
+        if status == StatusCode::CONFLICT {
+            w.timeouts.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if status != StatusCode::CREATED {
+            return Err(format!("acquire: expected 201, got {status}: {text}"));
+        }
+        let token = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|grant| grant["fencing_token"].as_u64())
+            .ok_or_else(|| format!("acquire: no fencing_token in {text}"))?;
+        w.log.record(Event::Granted { token, task });
+        w.log.record(Event::ReleaseSent(token));
+        client::release(&w.client, &w.base, &w.name, &holder).await?;
+        w.log.record(Event::Released(token));
+    }
+    Ok(())
+}
+
+/// Handoffs paired up from the log.
+#[derive(Default)]
+struct Pairing {
+    latencies: Vec<Duration>,
+    from_sent: Vec<Duration>,
+    total: usize,
+    rewon: usize,
+    reordered: usize,
+}
+
+/// Pairs the release of token t with the grant of token t + 1; only
+/// releases after `measured_from` enter the percentiles.
+fn pair(log: &[(Event, Instant)], measured_from: Instant) -> Pairing {
+    let (mut grants, mut sent, mut releases) = (HashMap::new(), HashMap::new(), Vec::new());
+    for &(event, at) in log {
+        match event {
+            Event::Granted { token, task } => drop(grants.insert(token, (at, task))),
+            Event::ReleaseSent(t) => drop(sent.insert(t, at)),
+            Event::Released(t) => releases.push((t, at)),
+        }
+    }
+    let mut p = Pairing::default();
+    for (token, released) in releases {
+        let Some(&(granted, next_task)) = grants.get(&(token + 1)) else {
+            continue; // the last release of the run: nobody was waiting
+        };
+        p.total += 1;
+        p.rewon += usize::from(grants.get(&token).is_some_and(|&(_, t)| t == next_task));
+        let latency = granted.checked_duration_since(released).unwrap_or_else(|| {
+            p.reordered += 1;
+            Duration::ZERO
+        });
+        if released >= measured_from {
+            p.latencies.push(latency);
+            let sent = sent.get(&token).copied().unwrap_or(released);
+            p.from_sent.push(granted.saturating_duration_since(sent));
+        }
+    }
+    p.latencies.sort_unstable();
+    p.from_sent.sort_unstable();
+    p
+}
+
+/// One run's figures (ms; per handoff).
+struct Run {
+    p50_ms: f64,
+    p99_ms: f64,
+    p99_from_sent_ms: f64,
+    commands_per: f64,
+    evalsha_per: f64,
+    handoffs: usize,
+    rewon: f64,
+    reordered: usize,
+}
+
+fn ms(d: Option<Duration>) -> f64 {
+    d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// One run with `waiters` waiters on lock `name`; every error is pushed.
+async fn run(
+    client: &reqwest::Client,
+    base: &str,
+    admin: &Redis,
+    (name, waiters): (String, usize),
+    timing: Timing,
+    errors: &mut Vec<String>,
+) -> Result<Run, String> {
+    let shared = Arc::new(Waiters {
+        client: client.clone(),
+        base: base.to_string(),
+        name,
+        log: Log::default(),
+        stop: AtomicBool::new(false),
+        timeouts: AtomicU64::new(0),
+    });
+    admin.reset_stats().await?;
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for task in 0..waiters {
+        tasks.spawn(waiter(shared.clone(), task));
+    }
+    tokio::time::sleep(timing.run).await;
+    shared.stop.store(true, Ordering::Relaxed);
+    join_all(&mut tasks, DRAIN_DEADLINE, errors).await;
+    let (commands, evalsha) = (admin.total_commands().await?, admin.evalsha().await?);
+    let timeouts = shared.timeouts.load(Ordering::Relaxed);
+    if timeouts > 0 {
+        errors.push(format!("{timeouts} long-poll(s) timed out with 409"));
+    }
+    let log = std::mem::take(&mut *shared.log.0.lock().expect("handoff log poisoned"));
+    let p = pair(&log, started + timing.warm_up);
+    if p.total == 0 {
+        return Err("no handoff happened".into());
+    }
+    let per = |n: u64| n as f64 / p.total as f64;
+    Ok(Run {
+        p50_ms: ms(percentile(&p.latencies, 50.0)),
+        p99_ms: ms(percentile(&p.latencies, 99.0)),
+        p99_from_sent_ms: ms(percentile(&p.from_sent, 99.0)),
+        commands_per: per(commands),
+        evalsha_per: per(evalsha.calls),
+        handoffs: p.total,
+        rewon: p.rewon as f64 / p.total as f64,
+        reordered: p.reordered,
+    })
+}
+
+/// Medians over rounds for one waiter count.
+#[derive(Debug, Default)]
+pub struct Row {
+    pub waiters: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p99_from_sent_ms: f64,
+    pub commands_per: f64,
+    pub evalsha_per: f64,
+    pub handoffs: f64,
+    pub rewon: f64,
+    pub reordered: f64,
+    pub errors: Vec<String>,
+}
+
+/// Interleaved rounds (W₁ W₂ W₁ W₂ …) of every waiter count.
+pub async fn measure(
+    client: &reqwest::Client,
+    base: &str,
+    admin: &Redis,
+    waiter_counts: &[usize],
+    rounds: usize,
+    timing: Timing,
+) -> Vec<Row> {
+    let mut runs: Vec<Vec<Run>> = waiter_counts.iter().map(|_| Vec::new()).collect();
+    let mut errors: Vec<Vec<String>> = waiter_counts.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (i, &w) in waiter_counts.iter().enumerate() {
+            let lock = (format!("bench-handoff-w{w}-r{round}"), w);
+            let mut errs = Vec::new();
+            match run(client, base, admin, lock, timing, &mut errs).await {
+                Ok(r) => runs[i].push(r),
+                Err(e) => errs.push(e),
+            }
+            errors[i].extend(errs.into_iter().map(|e| format!("handoff W={w}: {e}")));
+        }
+    }
+    let rows = waiter_counts.iter().zip(runs).zip(errors);
+    rows.map(|((&waiters, runs), errors)| {
+        let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+        Row {
+            waiters,
+            p50_ms: m(|r| r.p50_ms),
+            p99_ms: m(|r| r.p99_ms),
+            p99_from_sent_ms: m(|r| r.p99_from_sent_ms),
+            commands_per: m(|r| r.commands_per),
+            evalsha_per: m(|r| r.evalsha_per),
+            handoffs: m(|r| r.handoffs as f64),
+            rewon: m(|r| r.rewon),
+            reordered: m(|r| r.reordered as f64),
+            errors,
+        }
+    })
+    .collect()
+}

@@ -1,0 +1,252 @@
+//! latchkey's benchmark: `cargo bench --bench latchkey-bench`
+//! (`-- --quick` or `LATCHKEY_BENCH_QUICK=1` for a fast smoke run).
+//!
+//! It runs the real release binary as its own process against its own
+//! redis-server, with both pinned to one core and this process (the load
+//! generator) pinned to another, next to two references: a bare axum
+//! server (this benchmark re-executed, same core as the service — the HTTP
+//! ceiling) and the lock's Lua scripts called directly on Redis (the
+//! floor). It measures uncontended throughput and latency
+//! ([`throughput`]), lock handoff latency and Redis commands per handoff
+//! ([`handoff`]) and memory per parked waiter ([`parked`]), each figure
+//! the median of interleaved rounds, and prints one markdown table
+//! ([`report`]). Any failed request or check makes it exit non-zero (after
+//! printing), so a broken service cannot produce a good-looking number.
+
+mod bare;
+mod client;
+mod cpu;
+mod handoff;
+mod parked;
+mod pinning;
+mod procs;
+mod redisinfo;
+mod report;
+mod stats;
+mod tasks;
+mod throughput;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cpu::Watch;
+use pinning::Placement;
+use redisinfo::Redis;
+
+/// Concurrency levels of the throughput runs.
+const CONCURRENCY: [usize; 3] = [1, 16, 64];
+/// Waiter counts of the handoff runs.
+const WAITERS: [usize; 2] = [8, 64];
+
+/// How long and how often; see [`Settings::read`].
+#[derive(Debug)]
+struct Settings {
+    quick: bool,
+    rounds: usize,
+    throughput: throughput::Timing,
+    handoff: handoff::Timing,
+    parked: usize,
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+impl Settings {
+    /// Full run by default; `--quick` / `LATCHKEY_BENCH_QUICK=1` shortens
+    /// everything. `LATCHKEY_BENCH_ROUNDS`, `LATCHKEY_BENCH_ROUND_MS` (one
+    /// measured throughput round), `LATCHKEY_BENCH_HANDOFF_MS` (one handoff
+    /// run) and `LATCHKEY_BENCH_PARKED` (waiters parked) override either.
+    fn read() -> Settings {
+        let quick = std::env::args().any(|a| a == "--quick")
+            || std::env::var("LATCHKEY_BENCH_QUICK").is_ok_and(|v| v == "1");
+        let pick = |name: &str, full: u64, fast: u64| {
+            env_number(name).unwrap_or(if quick { fast } else { full })
+        };
+        let round_ms = pick("LATCHKEY_BENCH_ROUND_MS", 1000, 200);
+        let handoff_ms = pick("LATCHKEY_BENCH_HANDOFF_MS", 4000, 1000);
+        Settings {
+            quick,
+            rounds: pick("LATCHKEY_BENCH_ROUNDS", 5, 1).max(1) as usize,
+            throughput: throughput::Timing {
+                warm_up: Duration::from_millis(round_ms * 3 / 10),
+                measure: Duration::from_millis(round_ms),
+            },
+            handoff: handoff::Timing {
+                run: Duration::from_millis(handoff_ms),
+                warm_up: Duration::from_millis(handoff_ms / 8),
+            },
+            parked: pick("LATCHKEY_BENCH_PARKED", 10_000, 1_000).max(1) as usize,
+        }
+    }
+}
+
+impl Settings {
+    /// The note that says what ran and for how long.
+    fn describe(&self, redis_version: &str) -> String {
+        format!(
+            "redis-server {redis_version} (no persistence) and the release `latchkey` binary \
+             (default settings but log level info, max_waiters and max_wait_ms) on loopback; \
+             {} interleaved rounds per figure, medians; throughput rounds {:?} after {:?} \
+             warm-up; handoff runs {:?}; {} parked requests on a fresh server per round{}",
+            self.rounds,
+            self.throughput.measure,
+            self.throughput.warm_up,
+            self.handoff.run,
+            self.parked,
+            if self.quick { "; QUICK MODE" } else { "" }
+        )
+    }
+}
+
+fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(bare::MARKER) {
+        return bare::serve();
+    }
+    let settings = Settings::read();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let placement = Placement::apply();
+    let nofile = pinning::raise_nofile();
+    let notes = vec![
+        machine_note(cores),
+        placement.note.clone(),
+        format!("open-file limit raised to {nofile} (bench) and to the hard limit (children)"),
+    ];
+    match run(&settings, &placement, notes) {
+        Ok(report) if report.errors.is_empty() => {
+            report::print(&report);
+            ExitCode::SUCCESS
+        }
+        Ok(report) => {
+            report::print(&report);
+            eprintln!("benchmark FAILED: {} error(s):", report.errors.len());
+            report.errors.iter().for_each(|e| eprintln!("  - {e}"));
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("benchmark FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Cores, CPU model and load before the run.
+fn machine_note(cores: usize) -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, m)| m.trim())
+        })
+        .unwrap_or("unknown CPU");
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load.split_whitespace().next().unwrap_or("?");
+    format!("{cores} core(s) available ({model}); 1-min load average {load} before the run")
+}
+
+/// The long-lived children: Redis, the service, the bare server.
+struct Children {
+    redis: procs::Child,
+    redis_url: String,
+    service: procs::Service,
+    bare: procs::Child,
+    bare_url: String,
+}
+
+/// Starts the children, runs every phase, and stops everything.
+fn run(
+    settings: &Settings,
+    placement: &Placement,
+    notes: Vec<String>,
+) -> Result<report::Report, String> {
+    let cpu = placement.server_cpu;
+    let (redis, redis_url) = procs::start_redis(cpu)?;
+    // Defaults suit the handoff runs; the parked phase starts its own.
+    let service = procs::start_service(cpu, &redis_url, None)?;
+    let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
+    let children = Children {
+        redis,
+        redis_url,
+        service,
+        bare,
+        bare_url,
+    };
+    // Its worker threads inherit this thread's core (the load generator's).
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
+    let result = runtime.block_on(phases(settings, placement, &children, notes));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result
+}
+
+async fn phases(
+    settings: &Settings,
+    placement: &Placement,
+    children: &Children,
+    mut notes: Vec<String>,
+) -> Result<report::Report, String> {
+    let admin = Redis::connect(&children.redis_url).await?;
+    let version = admin.field("server", "redis_version").await?;
+    notes.push(settings.describe(&version));
+    let client = client::build()?;
+    let targets = throughput::Targets {
+        latchkey: children.service.base.clone(),
+        bare: children.bare_url.clone(),
+        direct: Redis::connect(&children.redis_url).await?.conn(),
+        admin: admin.clone(),
+        watch: watch(placement, children),
+    };
+    let mut throughput = Vec::new();
+    for c in CONCURRENCY {
+        throughput
+            .push(throughput::measure(&targets, c, settings.rounds, settings.throughput).await);
+    }
+    let base = &children.service.base;
+    let handoff = handoff::measure(
+        &client,
+        base,
+        &admin,
+        &WAITERS,
+        settings.rounds,
+        settings.handoff,
+    )
+    .await;
+    let setup = parked::Setup {
+        cpu: placement.server_cpu,
+        redis_url: children.redis_url.clone(),
+        waiters: settings.parked,
+        // Few: the allocator keeps what they freed for the measured run.
+        warm_up: (settings.parked / 1000).max(10),
+    };
+    let parked = parked::measure(&setup, settings.rounds).await;
+    let errors = (throughput.iter().flat_map(|r| r.errors.clone()))
+        .chain(handoff.iter().flat_map(|r| r.errors.clone()))
+        .chain(parked.iter().flat_map(|r| r.errors.clone()))
+        .collect();
+    Ok(report::Report {
+        notes,
+        throughput,
+        handoff,
+        parked,
+        cpu_labels: targets.watch.labels(),
+        errors,
+    })
+}
+
+/// The cores in use (all allowed ones when unpinned) and our processes.
+fn watch(placement: &Placement, children: &Children) -> Watch {
+    let cores = match (placement.server_cpu, placement.client_cpu) {
+        (Some(server), Some(client)) => vec![server, client],
+        _ => pinning::allowed_cpus(),
+    };
+    Watch {
+        cores,
+        processes: vec![
+            ("latchkey", children.service.child.pid()),
+            ("redis-server", children.redis.pid()),
+            ("bare axum", children.bare.pid()),
+            ("load generator", std::process::id()),
+        ],
+    }
+}

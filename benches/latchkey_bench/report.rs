@@ -1,0 +1,208 @@
+//! The output: machine notes, then ONE markdown table, then footnotes.
+
+use crate::{handoff, parked, throughput};
+
+/// Everything measured.
+pub struct Report {
+    /// One line each, printed above the table.
+    pub notes: Vec<String>,
+    pub throughput: Vec<throughput::Row>,
+    pub handoff: Vec<handoff::Row>,
+    pub parked: Vec<parked::Row>,
+    /// Labels of the CPU figures of the throughput rows.
+    pub cpu_labels: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+/// A figure with `decimals` digits, "—" when there is none.
+fn fig(value: f64, decimals: usize) -> String {
+    if value.is_finite() {
+        format!("{value:.decimals$}")
+    } else {
+        "—".to_string()
+    }
+}
+
+/// One table row: measure | latchkey | direct | bare | ÷ direct | ÷ bare.
+fn row(measure: &str, latchkey: f64, direct: f64, bare: f64, decimals: usize) {
+    println!(
+        "| {measure} | {} | {} | {} | {} | {} |",
+        fig(latchkey, decimals),
+        fig(direct, decimals),
+        fig(bare, decimals),
+        fig(latchkey / direct, 2),
+        fig(latchkey / bare, 2),
+    );
+}
+
+const NONE: f64 = f64::NAN;
+
+fn throughput_rows(rows: &[throughput::Row]) {
+    for r in rows {
+        let c = r.c;
+        let bare_pairs = r.bare_rps / 2.0;
+        row(
+            &format!("acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
+            r.latchkey_pairs,
+            r.direct_pairs,
+            bare_pairs,
+            0,
+        );
+    }
+    for r in rows.iter().filter(|r| r.c == 64) {
+        row(
+            "GET req/s, c=64: latchkey `/healthz` vs bare `/`",
+            r.healthz_rps,
+            NONE,
+            r.bare_rps,
+            0,
+        );
+    }
+    for r in rows.iter().filter(|r| r.c == 1) {
+        row(
+            "p50 µs, c=1: acquire (direct: one script call; bare: one GET)",
+            r.acquire_p50_us,
+            r.direct_acquire_p50_us,
+            r.bare_p50_us,
+            0,
+        );
+        row(
+            "p50 µs, c=1: release (direct: one script call; bare: one GET)",
+            r.release_p50_us,
+            r.direct_release_p50_us,
+            r.bare_p50_us,
+            0,
+        );
+        row(
+            "p50 µs, c=1: GET `/healthz` (bare: GET `/`)",
+            r.healthz_p50_us,
+            NONE,
+            r.bare_p50_us,
+            0,
+        );
+    }
+    for r in rows {
+        row(
+            &format!("Redis µs per EVALSHA (usec_per_call), c={}", r.c),
+            r.redis_us_latchkey,
+            r.redis_us_direct,
+            NONE,
+            2,
+        );
+    }
+}
+
+fn handoff_rows(rows: &[handoff::Row]) {
+    for r in rows {
+        let w = r.waiters;
+        row(
+            &format!("handoff p50 ms, {w} waiters (release reply → next grant)"),
+            r.p50_ms,
+            NONE,
+            NONE,
+            2,
+        );
+        row(
+            &format!("handoff p99 ms, {w} waiters"),
+            r.p99_ms,
+            NONE,
+            NONE,
+            2,
+        );
+        row(
+            &format!("Redis commands per handoff, {w} waiters"),
+            r.commands_per,
+            NONE,
+            NONE,
+            2,
+        );
+    }
+}
+
+fn parked_rows(rows: &[parked::Row]) {
+    let bare = (rows.iter())
+        .find(|r| r.variant == parked::Variant::Bare)
+        .map_or(NONE, |r| r.kib_per_waiter);
+    for r in rows {
+        let what = match r.variant {
+            parked::Variant::LongPoll => "long-polls on one lock",
+            parked::Variant::Sse => "SSE streams on one lock",
+            parked::Variant::ManyObjects => "long-polls, each on its own lock",
+            parked::Variant::Bare => continue, // the reference column
+        };
+        let measure = format!("KiB of server RSS per parked request, {} {what}", r.waiters);
+        row(&measure, r.kib_per_waiter, NONE, bare, 2);
+    }
+}
+
+/// Which side was saturated, per concurrency (only figures ≥ 1%).
+fn busy_footnotes(rows: &[throughput::Row], labels: &[String]) {
+    for r in rows {
+        let kinds: Vec<String> = (r.busy.iter())
+            .map(|(kind, busy)| {
+                let parts: Vec<String> = (labels.iter().zip(busy))
+                    .filter(|(_, v)| **v >= 1.0)
+                    .map(|(label, v)| format!("{label} {v:.0}"))
+                    .collect();
+                format!("{kind}: {}", parts.join(", "))
+            })
+            .collect();
+        println!(
+            "- CPU % of one core during the c={} rounds — {}.",
+            r.c,
+            kinds.join("; ")
+        );
+    }
+}
+
+fn footnotes(report: &Report) {
+    busy_footnotes(&report.throughput, &report.cpu_labels);
+    for r in &report.handoff {
+        println!(
+            "- handoff, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
+             (upper bound); EVALSHA per handoff {}; the releaser re-won {}% (not a fair \
+             lock); {} grant(s) per run arrived before the release reply (counted 0 ms).",
+            r.waiters,
+            fig(r.handoffs, 0),
+            fig(r.p99_from_sent_ms, 2),
+            fig(r.evalsha_per, 2),
+            fig(r.rewon * 100.0, 0),
+            fig(r.reordered, 0),
+        );
+    }
+    if let [few, .., many] = report.handoff.as_slice() {
+        let growth = many.commands_per / few.commands_per;
+        println!(
+            "- Redis commands per handoff, {} ÷ {} waiters: {} (a herd would scale it with the waiters).",
+            many.waiters,
+            few.waiters,
+            fig(growth, 2)
+        );
+    }
+    for r in &report.parked {
+        println!(
+            "- parked {:?}: idle server RSS {} MiB.",
+            r.variant,
+            fig(r.rss_idle_kib / 1024.0, 1)
+        );
+    }
+    println!("- errors: {}.", report.errors.len());
+}
+
+pub fn print(report: &Report) {
+    println!("### latchkey benchmark");
+    println!();
+    for note in &report.notes {
+        println!("- {note}");
+    }
+    println!();
+    println!(
+        "| measure | latchkey | direct floor | bare axum | latchkey ÷ direct | latchkey ÷ bare |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    throughput_rows(&report.throughput);
+    handoff_rows(&report.handoff);
+    parked_rows(&report.parked);
+    println!();
+    footnotes(report);
+}

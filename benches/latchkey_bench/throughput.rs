@@ -1,0 +1,368 @@
+//! Uncontended throughput and latency. `c` workers, each on its own lock
+//! name (so nothing ever waits), run one kind of operation in a loop:
+//!
+//! - **latchkey**: `POST /locks/{name}/acquire` (201) then
+//!   `DELETE /locks/{name}/holders/{holder}` (200) on the service;
+//! - **direct**: the same two Lua scripts, EVALSHA on one multiplexed
+//!   redis connection shared by all workers (their commands pipeline on
+//!   it) — the floor no HTTP front-end can beat;
+//! - **bare** / **healthz**: `GET /` on the bare axum server and
+//!   `GET /healthz` on latchkey — the HTTP ceiling, and latchkey's own
+//!   routing and layers without Redis.
+//!
+//! The kinds' rounds are interleaved (L D B H L D B H …) and each figure
+//! is the median over rounds, so all columns of a row see the same noise.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper::body::Bytes;
+use hyper::{Method, StatusCode};
+use redis::aio::MultiplexedConnection;
+use tokio::task::JoinSet;
+
+use crate::client::{Conn, LEASE_MS};
+use crate::cpu::Watch;
+use crate::redisinfo::Redis;
+use crate::stats::{median, percentile_us};
+use crate::tasks::join_all;
+
+/// Workers must stop within this after a round ends.
+const STOP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The lock scripts, exactly as the service embeds them.
+const ACQUIRE_LUA: &str = include_str!("../../src/store/scripts/lock_acquire.lua");
+const RELEASE_LUA: &str = include_str!("../../src/store/scripts/lock_release.lua");
+
+/// Warm-up and measured length of one round.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub warm_up: Duration,
+    pub measure: Duration,
+}
+
+/// One operation of a worker; returns the latency of each of its steps.
+pub trait Op: Send + 'static {
+    fn run(&mut self) -> impl Future<Output = Result<Vec<Duration>, String>> + Send;
+}
+
+/// What one round of one kind measured.
+struct Round {
+    per_s: f64,
+    /// p50 of each step of the operation, µs.
+    step_p50_us: Vec<f64>,
+    /// Percent of a core used by each of [`Watch::labels`] while measuring.
+    busy: Vec<f64>,
+    errors: Vec<String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    measuring: AtomicBool,
+    stop: AtomicBool,
+    ops: AtomicU64,
+}
+
+/// Runs one worker per op: warm-up, then counts operations and keeps step
+/// latencies during the measured window.
+async fn drive<O: Op>(ops: Vec<O>, timing: Timing, watch: &Watch) -> Round {
+    let shared = Arc::new(Shared::default());
+    let mut tasks = JoinSet::new();
+    for mut op in ops {
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            let mut steps: Vec<Vec<Duration>> = Vec::new();
+            while !shared.stop.load(Ordering::Relaxed) {
+                let took = op.run().await?;
+                if shared.measuring.load(Ordering::Relaxed) {
+                    shared.ops.fetch_add(1, Ordering::Relaxed);
+                    steps.resize_with(took.len(), Vec::new);
+                    steps.iter_mut().zip(took).for_each(|(s, d)| s.push(d));
+                }
+            }
+            Ok::<_, String>(steps)
+        });
+    }
+    tokio::time::sleep(timing.warm_up).await;
+    shared.measuring.store(true, Ordering::Relaxed);
+    let (start, cpu_start) = (Instant::now(), watch.sample());
+    tokio::time::sleep(timing.measure).await;
+    shared.measuring.store(false, Ordering::Relaxed);
+    let (elapsed, cpu_end) = (start.elapsed(), watch.sample());
+    shared.stop.store(true, Ordering::Relaxed);
+    let (mut steps, mut errors) = (Vec::<Vec<Duration>>::new(), Vec::new());
+    for worker in join_all(&mut tasks, STOP_DEADLINE, &mut errors).await {
+        steps.resize_with(steps.len().max(worker.len()), Vec::new);
+        steps.iter_mut().zip(worker).for_each(|(s, w)| s.extend(w));
+    }
+    Round {
+        per_s: shared.ops.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64(),
+        step_p50_us: steps.iter_mut().map(|s| percentile_us(s, 50.0)).collect(),
+        busy: watch.between(&cpu_start, &cpu_end),
+        errors,
+    }
+}
+
+/// A connection opened on first use (in the warm-up).
+struct Lazy {
+    base: Arc<str>,
+    conn: Option<Conn>,
+}
+
+impl Lazy {
+    fn new(base: &Arc<str>) -> Lazy {
+        Lazy {
+            base: base.clone(),
+            conn: None,
+        }
+    }
+
+    async fn get(&mut self) -> Result<&mut Conn, String> {
+        if self.conn.is_none() {
+            self.conn = Some(Conn::open(&self.base).await?);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+}
+
+/// latchkey: acquire then release over HTTP.
+struct HttpPair {
+    conn: Lazy,
+    acquire: String,
+    body: Bytes,
+    release: String,
+}
+
+impl Op for HttpPair {
+    async fn run(&mut self) -> Result<Vec<Duration>, String> {
+        let conn = self.conn.get().await?;
+        let t0 = Instant::now();
+        conn.call(
+            Method::POST,
+            &self.acquire,
+            Some(&self.body),
+            StatusCode::CREATED,
+        )
+        .await?;
+        let t1 = Instant::now();
+        conn.call(Method::DELETE, &self.release, None, StatusCode::OK)
+            .await?;
+        Ok(vec![t1 - t0, t1.elapsed()])
+    }
+}
+
+/// bare / healthz: one GET.
+struct Get {
+    conn: Lazy,
+    path: &'static str,
+}
+
+impl Op for Get {
+    async fn run(&mut self) -> Result<Vec<Duration>, String> {
+        let conn = self.conn.get().await?;
+        let t0 = Instant::now();
+        conn.call(Method::GET, self.path, None, StatusCode::OK)
+            .await?;
+        Ok(vec![t0.elapsed()])
+    }
+}
+
+/// direct: the two scripts on the shared multiplexed connection.
+struct DirectPair {
+    conn: MultiplexedConnection,
+    scripts: Arc<(redis::Script, redis::Script)>,
+    keys: [String; 3],
+    holder: String,
+    /// Attempt ids, one per acquire, as the service sends them.
+    attempts: u64,
+}
+
+impl Op for DirectPair {
+    async fn run(&mut self) -> Result<Vec<Duration>, String> {
+        let [lock, fence, channel] = &self.keys;
+        self.attempts += 1;
+        let attempt = format!("{}.{}", self.holder, self.attempts);
+        let t0 = Instant::now();
+        let undone = format!("{lock}:undone:{attempt}");
+        let acquired: Vec<i64> = (self.scripts.0.key(lock).key(fence).key(undone))
+            .arg(&self.holder)
+            .arg(LEASE_MS)
+            .arg(attempt)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("direct acquire: {e}"))?;
+        let t1 = Instant::now();
+        let released: Vec<i64> = (self.scripts.1.key(lock).arg(&self.holder))
+            .arg("0")
+            .arg(channel)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("direct release: {e}"))?;
+        match (acquired.first(), released.first()) {
+            (Some(1), Some(1)) => Ok(vec![t1 - t0, t1.elapsed()]),
+            _ => Err(format!(
+                "direct: acquire {acquired:?}, release {released:?}"
+            )),
+        }
+    }
+}
+
+/// Everything a throughput round needs.
+pub struct Targets {
+    pub latchkey: String,
+    pub bare: String,
+    /// The direct floor's one connection.
+    pub direct: MultiplexedConnection,
+    /// Statistics connection.
+    pub admin: Redis,
+    /// The cores and processes whose CPU use is reported.
+    pub watch: Watch,
+}
+
+/// One row of results at concurrency `c` (medians over rounds).
+#[derive(Debug, Default)]
+pub struct Row {
+    pub c: usize,
+    pub latchkey_pairs: f64,
+    pub direct_pairs: f64,
+    pub bare_rps: f64,
+    pub healthz_rps: f64,
+    pub acquire_p50_us: f64,
+    pub release_p50_us: f64,
+    pub direct_acquire_p50_us: f64,
+    pub direct_release_p50_us: f64,
+    pub bare_p50_us: f64,
+    pub healthz_p50_us: f64,
+    pub redis_us_latchkey: f64,
+    pub redis_us_direct: f64,
+    /// Busy % of (server core, client core) per kind, medians.
+    pub busy: Vec<(&'static str, Vec<f64>)>,
+    pub errors: Vec<String>,
+}
+
+impl Targets {
+    fn http_pairs(&self, c: usize) -> Vec<HttpPair> {
+        let base: Arc<str> = self.latchkey.as_str().into();
+        (0..c)
+            .map(|i| {
+                let (name, holder) = (format!("bench-c{c}-{i}"), format!("h{i}"));
+                let body = serde_json::json!({ "holder": holder, "lease_ms": LEASE_MS });
+                HttpPair {
+                    conn: Lazy::new(&base),
+                    acquire: format!("/locks/{name}/acquire"),
+                    body: Bytes::from(body.to_string()),
+                    release: format!("/locks/{name}/holders/{holder}"),
+                }
+            })
+            .collect()
+    }
+
+    fn direct_pairs(&self, c: usize) -> Vec<DirectPair> {
+        let scripts = Arc::new((
+            redis::Script::new(ACQUIRE_LUA),
+            redis::Script::new(RELEASE_LUA),
+        ));
+        (0..c)
+            .map(|i| {
+                // The service's key layout, under a prefix of our own.
+                let key = |part: &str| format!("bench-direct:{{bench-c{c}-{i}}}:{part}");
+                DirectPair {
+                    conn: self.direct.clone(),
+                    scripts: scripts.clone(),
+                    keys: [key("lock"), key("lock:fence"), key("lock:wake")],
+                    holder: format!("h{i}"),
+                    attempts: 0,
+                }
+            })
+            .collect()
+    }
+
+    fn gets(&self, base: &str, path: &'static str, c: usize) -> Vec<Get> {
+        let base: Arc<str> = base.into();
+        (0..c)
+            .map(|_| Get {
+                conn: Lazy::new(&base),
+                path,
+            })
+            .collect()
+    }
+
+    /// Runs `round` between a stats reset and a read of Redis's CPU time
+    /// per EVALSHA (NaN if that failed; the error is kept).
+    async fn with_redis_cpu(&self, round: impl Future<Output = Round>) -> (Round, f64) {
+        let reset = self.admin.reset_stats().await;
+        let mut round = round.await;
+        match reset.and(self.admin.evalsha().await) {
+            Ok(stats) => (round, stats.usec_per_call),
+            Err(e) => {
+                round.errors.push(e);
+                (round, f64::NAN)
+            }
+        }
+    }
+}
+
+/// The four kinds: their names, and the column names of their steps.
+const KINDS: [(&str, &[&str]); 4] = [
+    ("latchkey", &["acq", "rel"]),
+    ("direct", &["acq", "rel"]),
+    ("bare", &["p50"]),
+    ("healthz", &["p50"]),
+];
+
+/// Interleaved rounds of the four kinds at concurrency `c`; medians.
+pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Row {
+    let mut cols: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for _ in 0..rounds {
+        let (l, l_us) = t
+            .with_redis_cpu(drive(t.http_pairs(c), timing, &t.watch))
+            .await;
+        let (d, d_us) = t
+            .with_redis_cpu(drive(t.direct_pairs(c), timing, &t.watch))
+            .await;
+        let b = drive(t.gets(&t.bare, "/", c), timing, &t.watch).await;
+        let h = drive(t.gets(&t.latchkey, "/healthz", c), timing, &t.watch).await;
+        let redis_us = [l_us, d_us, f64::NAN, f64::NAN];
+        for (((kind, steps), round), us) in KINDS.iter().zip([l, d, b, h]).zip(redis_us) {
+            let mut put =
+                |name: &str, v: f64| cols.entry(format!("{kind}_{name}")).or_default().push(v);
+            put("per_s", round.per_s);
+            put("redis_us", us);
+            (round.busy.iter().enumerate()).for_each(|(i, v)| put(&format!("busy{i}"), *v));
+            steps
+                .iter()
+                .zip(&round.step_p50_us)
+                .for_each(|(s, v)| put(s, *v));
+            errors.extend(round.errors.iter().map(|e| format!("{kind} c={c}: {e}")));
+        }
+    }
+    let mut m = |name: &str| median(cols.remove(name).unwrap_or_default());
+    let labels = t.watch.labels().len();
+    let busy = KINDS.map(|(kind, _)| {
+        (
+            kind,
+            (0..labels).map(|i| m(&format!("{kind}_busy{i}"))).collect(),
+        )
+    });
+    Row {
+        c,
+        latchkey_pairs: m("latchkey_per_s"),
+        direct_pairs: m("direct_per_s"),
+        bare_rps: m("bare_per_s"),
+        healthz_rps: m("healthz_per_s"),
+        acquire_p50_us: m("latchkey_acq"),
+        release_p50_us: m("latchkey_rel"),
+        direct_acquire_p50_us: m("direct_acq"),
+        direct_release_p50_us: m("direct_rel"),
+        bare_p50_us: m("bare_p50"),
+        healthz_p50_us: m("healthz_p50"),
+        redis_us_latchkey: m("latchkey_redis_us"),
+        redis_us_direct: m("direct_redis_us"),
+        busy: busy.to_vec(),
+        errors,
+    }
+}
