@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -154,8 +154,12 @@ pub fn start_service(
     redis_url: &str,
     limits: Option<(usize, u64)>,
 ) -> Result<Service, String> {
-    let binary = Path::new(env!("CARGO_BIN_EXE_latchkey"));
-    let mut command = command(cpu, binary, &[]);
+    // Another build of the service (an ablation: a patched or differently
+    // built binary) may be measured in its place.
+    let binary = std::env::var_os("LATCHKEY_BENCH_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_latchkey")));
+    let mut command = command(cpu, &binary, &[]);
     // Only the settings below: nothing from the caller's environment.
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("LATCHKEY_")) {
         command.env_remove(key);
