@@ -104,6 +104,31 @@ impl Latest {
     }
 }
 
+/// Whether `now` tells a waiter something `before` (aged) did not: another
+/// queue position, or a remaining lease that moved by more than 100 ms.
+/// Only such changes wake queued waiters and make SSE `waiting` events, so
+/// a handoff among thousands of waiters does not wake every one of them.
+fn differs(before: Option<Blocked>, now: Blocked) -> bool {
+    before.is_none_or(|b| {
+        now.position != b.position || now.retry_after_ms.abs_diff(b.retry_after_ms) > 100
+    })
+}
+
+/// Records `blocked` as the group's latest observation; wakes the queued
+/// members only if it differs from what they last saw (or tries had been
+/// failing).
+fn observe(latest: &watch::Sender<Latest>, blocked: Blocked) -> bool {
+    let at = Instant::now();
+    latest.send_if_modified(|l| {
+        let news = l.failing.is_some() || differs(l.blocked_now(), blocked);
+        *l = Latest {
+            blocked: Some((blocked, at)),
+            failing: None,
+        };
+        news
+    })
+}
+
 /// The same hint, aged by the time since it was observed.
 fn aged(blocked: Blocked, observed: Instant) -> Blocked {
     let elapsed = observed.elapsed().as_millis() as u64;
@@ -302,14 +327,7 @@ impl Waiter {
         let latest = &self.group.latest;
         let now = Instant::now();
         // Our own first answer is as fresh as anything the group has.
-        latest.send_modify(|l| {
-            if l.blocked.is_none_or(|(_, at)| at <= now) {
-                *l = Latest {
-                    blocked: Some((first, now)),
-                    failing: None,
-                };
-            }
-        });
+        observe(latest, first);
         let mut seen = latest.subscribe();
         seen.mark_unchanged();
         let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
@@ -354,15 +372,8 @@ impl Waiter {
                 Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
                 Ok(Attempt::Blocked(now_blocked)) => {
                     backoff = Backoff::default();
-                    latest.send_replace(Latest {
-                        blocked: Some((now_blocked, Instant::now())),
-                        failing: None,
-                    });
-                    let changed = before.is_none_or(|b| {
-                        now_blocked.position != b.position
-                            || now_blocked.retry_after_ms.abs_diff(b.retry_after_ms) > 100
-                    });
-                    if changed {
+                    observe(latest, now_blocked);
+                    if differs(before, now_blocked) {
                         progress(now_blocked);
                     }
                     // Pub/sub is at-most-once: re-check by ourselves no
@@ -372,7 +383,7 @@ impl Waiter {
                         .max(MIN_RECHECK)
                 }
                 Err(e) if e.is_transient() => {
-                    latest.send_modify(|l| l.failing = Some(e));
+                    latest.send_if_modified(|l| l.failing.replace(e).is_none());
                     backoff.next()
                 }
                 Err(e) => return Err(WaitError::Backend(e)),
