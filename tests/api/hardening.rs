@@ -4,7 +4,6 @@
 //! processes and injects the fault itself (SIGSTOP, CLIENT KILL, restart,
 //! CONFIG SET).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use latchkey::config::Config;
@@ -261,40 +260,13 @@ async fn an_out_of_memory_redis_answers_503_naming_the_condition() {
 fn an_evicting_redis_is_warned_about_at_start() {
     let redis = latchkey::devredis::RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"])
         .expect("redis starts");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_latchkey"))
-        .env("LATCHKEY_REDIS_URL", redis.url())
-        .env("LATCHKEY_LISTEN", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("latchkey starts");
-    // Wait until it serves, then stop it and read what it logged.
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let _ = child.wait();
-    let output = child.wait_with_output().expect("output");
-    let log = String::from_utf8_lossy(&output.stdout).to_string()
-        + &String::from_utf8_lossy(&output.stderr);
-    let warning = log
-        .lines()
+    let lines = start_up_log(&redis.url(), &[]);
+    let warning = lines
+        .iter()
         .find(|l| l.contains("maxmemory-policy"))
-        .unwrap_or_else(|| panic!("no eviction warning in:\n{log}"));
-    assert!(warning.contains("WARN"), "{warning}");
+        .unwrap_or_else(|| panic!("no eviction warning in {lines:?}"));
+    let log: serde_json::Value = serde_json::from_str(warning).expect("JSON log line");
+    assert_eq!(log["level"], "WARN", "{warning}");
     assert!(warning.contains("allkeys-lru"), "{warning}");
 }
 

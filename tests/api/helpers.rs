@@ -279,3 +279,37 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Starts the real binary against `redis_url` with extra variables;
+/// returns the child (stdout piped: its JSON log) and its port.
+pub fn start_binary(redis_url: &str, env: &[(&str, &str)]) -> (std::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .env("LATCHKEY_REDIS_URL", redis_url)
+        .env("LATCHKEY_LISTEN", format!("127.0.0.1:{port}"))
+        .env("LATCHKEY_SHUTDOWN_GRACE_MS", "3000")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("latchkey binary starts");
+    (child, port)
+}
+
+/// What the binary logs from its start until it listens; it is then killed.
+pub fn start_up_log(redis_url: &str, env: &[(&str, &str)]) -> Vec<String> {
+    use std::io::{BufRead, BufReader};
+    let (mut child, _) = start_binary(redis_url, env);
+    let lines = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(|l| l.unwrap())
+        .take_while(|l| !l.contains("latchkey listening"))
+        .collect();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    lines
+}

@@ -168,24 +168,6 @@ async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
 
 /// Starts the real binary with these extra environment variables; returns
 /// the child (its JSON log on a pipe) and its port.
-fn start_binary(redis_url: &str, env: &[(&str, &str)]) -> (std::process::Child, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_latchkey"))
-        .env("LATCHKEY_REDIS_URL", redis_url)
-        .env("LATCHKEY_LISTEN", format!("127.0.0.1:{port}"))
-        .env("LATCHKEY_SHUTDOWN_GRACE_MS", "3000")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("latchkey binary starts");
-    (child, port)
-}
-
 #[tokio::test]
 async fn sigterm_during_an_open_long_poll_answers_503_and_exits_cleanly() {
     let redis = redis();
@@ -287,14 +269,7 @@ fn bad_configuration_stops_the_process_with_a_clear_message() {
 #[test]
 fn an_unknown_latchkey_variable_is_logged_with_the_closest_setting() {
     let redis = redis();
-    let (mut child, _) = start_binary(&redis.url(), &[("LATCHKEY_MAX_WAITERZ", "5")]);
-    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| l.unwrap())
-        .take_while(|l| !l.contains("latchkey listening"))
-        .collect();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let lines = start_up_log(&redis.url(), &[("LATCHKEY_MAX_WAITERZ", "5")]);
     let warning = lines
         .iter()
         .find(|l| l.contains("LATCHKEY_MAX_WAITERZ"))

@@ -122,14 +122,7 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
     pubsub.subscribe("t:{k}:lock:wake").await.unwrap();
     let mut messages = pubsub.into_on_message();
 
-    locks
-        .try_acquire("k", "a", 5000, &AttemptId::new())
-        .await
-        .unwrap();
-    locks
-        .try_acquire("k", "a", 5000, &AttemptId::new())
-        .await
-        .unwrap();
+    hold_twice(&locks, "k", "a").await;
     assert_eq!(
         locks.release("k", "a", false).await.unwrap(),
         Some(Released {
@@ -203,16 +196,18 @@ async fn state_reads_one_snapshot_without_the_holder() {
     let locks = locks(&redis).await;
     let free = locks.state("k").await.unwrap();
     assert!(!free.locked && free.fencing_token == 0 && free.ttl_ms == 0);
-    locks
-        .try_acquire("k", "a", 5000, &AttemptId::new())
-        .await
-        .unwrap();
-    locks
-        .try_acquire("k", "a", 5000, &AttemptId::new())
-        .await
-        .unwrap();
+    hold_twice(&locks, "k", "a").await;
     let held = locks.state("k").await.unwrap();
     assert!(held.locked && held.hold_count == 2 && held.fencing_token == 1 && held.ttl_ms > 4800);
+}
+
+/// `holder` takes `name` and re-enters it: hold count 2.
+async fn hold_twice(locks: &Locks, name: &str, holder: &str) {
+    for _ in 0..2 {
+        let attempt = AttemptId::new();
+        let tried = locks.try_acquire(name, holder, 5000, &attempt).await;
+        assert!(matches!(tried.unwrap(), Attempt::Granted(_)));
+    }
 }
 
 fn count_of(attempt: Attempt<LockGrant>) -> u64 {
