@@ -26,6 +26,8 @@ pub struct AppState {
     pub engine: WaitEngine,
     /// Reentrant locks (`/locks`).
     pub locks: Locks,
+    /// Fair locks (`/fair-locks`).
+    pub fair_locks: Locks,
     /// The service's Prometheus registry.
     pub metrics: Metrics,
     /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.

@@ -13,6 +13,15 @@
 //! current. A release costs one re-check per instance, not one per waiter:
 //! no thundering herd, and local waiters are served in arrival order.
 //!
+//! That is the [`WaitMode::Relay`] mode, right for objects whose waiters
+//! are interchangeable (plain locks). Where the order lives in Redis (fair
+//! locks), a local FIFO would be wrong: a waiter that polls again keeps an
+//! early place in Redis but would queue locally behind later arrivals. In
+//! [`WaitMode::Queue`] every waiter waits on its own for the wake message
+//! that names its ticket (see [`QueueNote`]): a release wakes only the
+//! head, wherever it waits, and the other waiters update their position
+//! from the same message without asking Redis.
+//!
 //! Time: every wait has a deadline fixed when its request arrived. Each try
 //! is bounded by the time left (at least [`MIN_TRY`]). Once a wait has its
 //! first answer, a try that fails on a transient backend error (Redis
@@ -33,11 +42,11 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::{Attempt, Blocked};
+use crate::coord::{Attempt, Blocked, Place};
 use crate::counted::CountedMap;
 use crate::metrics::Metrics;
 use crate::store::StoreError;
-use crate::store::pubsub::{Hub, Subscription};
+use crate::store::pubsub::{Hub, Note, Subscription};
 
 /// How often an SSE stream reports progress when nothing changes.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(15);
@@ -53,6 +62,54 @@ pub const MIN_TRY: Duration = Duration::from_millis(100);
 /// Backoff between tries that failed on a transient backend error.
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How the waiters of one object wait (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// One local waiter at a time asks Redis; the rest queue locally.
+    Relay,
+    /// Each waiter has a ticket in a queue kept in Redis and tries when a
+    /// wake message lets its ticket go.
+    Queue,
+}
+
+/// A queue's wake message: `<limit>|<due>|<t1>,<t2>,...`.
+///
+/// - `limit`: waiters whose ticket is at most this may try now (0: none).
+/// - `due`: ms until the waiter allowed to go loses its place (its entry's
+///   grace runs out), after which the next in line may go; 0 when none.
+/// - `t1, t2, ...`: the first tickets of the queue in order, so a waiter
+///   finds its position without asking Redis.
+#[derive(Debug, PartialEq, Eq)]
+pub struct QueueNote {
+    pub limit: u64,
+    pub due: u64,
+    pub tickets: Vec<u64>,
+}
+
+/// How many tickets a wake message lists at most (the scripts' `SHOWN`).
+const QUEUE_SHOWN: usize = 100;
+
+impl QueueNote {
+    pub fn parse(payload: &str) -> Option<QueueNote> {
+        let mut parts = payload.split('|');
+        let limit = parts.next()?.parse().ok()?;
+        let due = parts.next()?.parse().ok()?;
+        let tickets = match parts.next()? {
+            "" => Vec::new(),
+            list => list
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?,
+        };
+        Some(QueueNote {
+            limit,
+            due,
+            tickets,
+        })
+    }
+}
 
 /// Why a wait could not even start, or ended without an answer.
 #[derive(Debug, Clone)]
@@ -160,6 +217,8 @@ struct Inner {
 }
 
 struct Group {
+    /// How the members wait.
+    mode: WaitMode,
     /// Shared interest in the object's wake channel.
     subscription: Subscription,
     /// FIFO baton: only its holder talks to Redis for this object.
@@ -208,7 +267,8 @@ impl WaitEngine {
     }
 
     /// Takes a waiter slot for the object whose wake channel is `channel`.
-    pub fn admit(&self, channel: &str) -> Result<Waiter, WaitError> {
+    /// Every waiter of one channel must use the same mode.
+    pub fn admit(&self, channel: &str, mode: WaitMode) -> Result<Waiter, WaitError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(WaitError::ShuttingDown);
         }
@@ -223,6 +283,7 @@ impl WaitEngine {
         let group = self.inner.groups.join(channel, || {
             self.inner.metrics.waiting_objects.inc();
             Arc::new(Group {
+                mode,
                 subscription: self.inner.hub.subscribe(channel),
                 baton: tokio::sync::Mutex::new(()),
                 latest: watch::Sender::new(Latest::default()),
@@ -323,6 +384,13 @@ impl Waiter {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>, StoreError>>,
     {
+        if self.group.mode == WaitMode::Queue
+            && let Some(place) = first.place
+        {
+            return self
+                .wait_queued(deadline, first, place, attempt, progress)
+                .await;
+        }
         let shutdown = self.engine.shutdown.clone();
         let latest = &self.group.latest;
         let now = Instant::now();
@@ -409,6 +477,115 @@ impl Waiter {
     }
 }
 
+impl Waiter {
+    /// [`WaitMode::Queue`]: wait on our own for a wake message that lets
+    /// our ticket go (or our own re-check time), then try.
+    async fn wait_queued<T, F, Fut>(
+        self,
+        deadline: Instant,
+        first: Blocked,
+        mut place: Place,
+        mut attempt: F,
+        mut progress: impl FnMut(Blocked),
+    ) -> Result<Outcome<T>, WaitError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>, StoreError>>,
+    {
+        let shutdown = self.engine.shutdown.clone();
+        let mut wake = self.group.subscription.receiver();
+        let mut current = (first, Instant::now());
+        let mut failing: Option<StoreError> = None;
+        let mut recheck = recheck_after(&place);
+        let mut backoff = Backoff::default();
+        let now = Instant::now();
+        let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
+        loop {
+            let try_now = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
+                _ = sleep_until(deadline) => {
+                    return match failing {
+                        Some(e) => Err(WaitError::Backend(e)),
+                        None => Ok(Outcome::TimedOut(aged(current.0, current.1))),
+                    };
+                }
+                _ = wake.changed() => {
+                    let note: Note = wake.borrow_and_update().clone();
+                    match note.payload.as_deref().and_then(QueueNote::parse) {
+                        // A reconnect (messages may be lost) or a message
+                        // we cannot read: look for ourselves.
+                        None => true,
+                        Some(n) if place.ticket <= n.limit => true,
+                        Some(n) => match n.tickets.iter().position(|t| *t == place.ticket) {
+                            Some(i) => {
+                                let position = i as u64;
+                                if current.0.position != Some(position) {
+                                    current.0.position = Some(position);
+                                    progress(aged(current.0, current.1));
+                                }
+                                if position == 1 && n.due > 0 {
+                                    recheck = recheck.min(
+                                        Instant::now() + Duration::from_millis(n.due + 1),
+                                    );
+                                }
+                                // A new head asks once, to learn when the
+                                // holder's lease ends.
+                                position == 0
+                            }
+                            // Listed in full and we are not in it: our entry
+                            // is gone (e.g. Redis lost it); enter again.
+                            None => n.tickets.len() < QUEUE_SHOWN,
+                        },
+                    }
+                }
+                _ = sleep_until(recheck) => true,
+                _ = tick.tick() => {
+                    progress(aged(current.0, current.1));
+                    false
+                }
+            };
+            if !try_now {
+                continue;
+            }
+            let result = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
+                result = bounded(deadline, attempt()) => result,
+            };
+            match result {
+                Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
+                Ok(Attempt::Blocked(now_blocked)) => {
+                    backoff = Backoff::default();
+                    failing = None;
+                    if differs(Some(aged(current.0, current.1)), now_blocked) {
+                        progress(now_blocked);
+                    }
+                    current = (now_blocked, Instant::now());
+                    // A try always answers with a place in this mode.
+                    place = now_blocked.place.unwrap_or(place);
+                    recheck = recheck_after(&place);
+                }
+                Err(e) if e.is_transient() => {
+                    failing = Some(e);
+                    recheck = Instant::now() + backoff.next();
+                }
+                Err(e) => return Err(WaitError::Backend(e)),
+            }
+        }
+    }
+}
+
+/// When a queued waiter looks again by itself: when its place says so, or
+/// else at the safety re-check (pub/sub is at-most-once).
+fn recheck_after(place: &Place) -> Instant {
+    let after = place
+        .recheck_ms
+        .map(|ms| Duration::from_millis(ms.saturating_add(1)).max(MIN_RECHECK))
+        .unwrap_or(PROGRESS_EVERY);
+    Instant::now() + after
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,6 +607,29 @@ mod tests {
         (WaitEngine::new(hub.clone(), 10_000, shutdown, metrics), hub)
     }
 
+    #[test]
+    fn queue_notes_parse_and_reject_garbage() {
+        assert_eq!(
+            QueueNote::parse("7|120|7,9,12"),
+            Some(QueueNote {
+                limit: 7,
+                due: 120,
+                tickets: vec![7, 9, 12]
+            })
+        );
+        assert_eq!(
+            QueueNote::parse("0|0|"),
+            Some(QueueNote {
+                limit: 0,
+                due: 0,
+                tickets: vec![]
+            })
+        );
+        for garbage in ["free", "", "1|2", "1|x|3", "1|2|3,,4"] {
+            assert_eq!(QueueNote::parse(garbage), None, "{garbage:?}");
+        }
+    }
+
     /// State reads racing the last waiter of an object leaving: the read
     /// must never be the one that tears the group down under the map's
     /// lock (that deadlocked or poisoned the map).
@@ -446,7 +646,7 @@ mod tests {
                 let mut seen = 0u64;
                 for _ in 0..200_000 {
                     if t == 0 {
-                        drop(engine.admit(&channel).unwrap());
+                        drop(engine.admit(&channel, WaitMode::Relay).unwrap());
                     }
                     seen += engine.waiters_on("t:0");
                 }

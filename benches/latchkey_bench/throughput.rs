@@ -34,8 +34,7 @@ use crate::tasks::join_all;
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The lock scripts, exactly as the service embeds them.
-const ACQUIRE_LUA: &str = include_str!("../../src/store/scripts/lock_acquire.lua");
-const RELEASE_LUA: &str = include_str!("../../src/store/scripts/lock_release.lua");
+use latchkey::store::scripts::{LOCK_ACQUIRE, LOCK_RELEASE};
 
 /// Warm-up and measured length of one round.
 #[derive(Clone, Copy, Debug)]
@@ -187,17 +186,23 @@ impl Op for DirectPair {
         let attempt = format!("{}.{}", self.holder, self.attempts);
         let t0 = Instant::now();
         let undone = format!("{lock}:undone:{attempt}");
+        // The lock family's common arguments, then the script's own.
         let acquired: Vec<i64> = (self.scripts.0.key(lock).key(fence).key(undone))
+            .arg(channel)
             .arg(&self.holder)
+            .arg("")
+            .arg("")
             .arg(LEASE_MS)
             .arg(attempt)
             .invoke_async(&mut self.conn)
             .await
             .map_err(|e| format!("direct acquire: {e}"))?;
         let t1 = Instant::now();
-        let released: Vec<i64> = (self.scripts.1.key(lock).arg(&self.holder))
+        let released: Vec<i64> = (self.scripts.1.key(lock).arg(channel))
+            .arg(&self.holder)
+            .arg("")
+            .arg("")
             .arg("0")
-            .arg(channel)
             .invoke_async(&mut self.conn)
             .await
             .map_err(|e| format!("direct release: {e}"))?;
@@ -261,10 +266,7 @@ impl Targets {
     }
 
     fn direct_pairs(&self, c: usize) -> Vec<DirectPair> {
-        let scripts = Arc::new((
-            redis::Script::new(ACQUIRE_LUA),
-            redis::Script::new(RELEASE_LUA),
-        ));
+        let scripts = Arc::new((LOCK_ACQUIRE.redis().clone(), LOCK_RELEASE.redis().clone()));
         (0..c)
             .map(|i| {
                 // The service's key layout, under a prefix of our own.

@@ -1,16 +1,23 @@
-//! Reentrant locks (Redisson RLock) as a plain Rust API over the store.
+//! Reentrant locks, plain (Redisson RLock) and fair (RFairLock), as a plain
+//! Rust API over the store. Both kinds run the same Lua bodies; a kind's
+//! hooks say who may take a free lock (see `scripts/lock_plain.lua` and
+//! `scripts/lock_fair.lua`).
 //!
-//! Redis layout of a lock named `n`:
+//! Redis layout of a lock named `n` (`lock` below is `fair` for fair locks):
 //! - `{prefix}{n}:lock`        hash: holder, count, token, lease; TTL = lease
 //! - `{prefix}{n}:lock:fence`  fencing counter, never expires
-//! - `{prefix}{n}:lock:wake`   pub/sub channel, one message per "became free"
+//! - `{prefix}{n}:lock:wake`   pub/sub channel: "became free" (plain), or
+//!   the queue's order and who may go now (fair)
 //! - `{prefix}{n}:lock:undone:<attempt id>`  short-lived marker: that
 //!   attempt was given up, so it must grant nothing should it still arrive
+//! - fair only: `:fair:queue` (holder → ticket), `:fair:deadlines` (holder
+//!   → when its entry lapses, on Redis's clock), `:fair:tickets`; all three
+//!   expire with the last entry
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Blocked};
-use crate::store::{Store, StoreError, reply_u64, scripts};
+use super::{Attempt, AttemptId, Blocked, Place};
+use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A successful acquisition or renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,54 +55,135 @@ const UNDO_MARKER_MS: &str = "60000";
 /// hand): waiters then re-check once a second instead of spinning.
 const NO_TTL_RECHECK_MS: u64 = 1000;
 
+/// Which kind of lock a [`Locks`] serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    /// Whoever tries first when it is free takes it.
+    Plain,
+    /// Granted in order of arrival; a waiter's entry outlives its last poll
+    /// by `grace_ms`.
+    Fair { grace_ms: u64 },
+}
+
+/// The scripts of one kind.
+struct KindScripts {
+    acquire: &'static Script,
+    undo: &'static Script,
+    release: &'static Script,
+    force_unlock: &'static Script,
+}
+
 #[derive(Clone, Debug)]
 pub struct Locks {
     store: Store,
+    kind: LockKind,
 }
 
 impl Locks {
-    pub fn new(store: Store) -> Self {
-        Locks { store }
+    pub fn new(store: Store, kind: LockKind) -> Self {
+        Locks { store, kind }
     }
 
-    fn lock_key(&self, name: &str) -> String {
-        self.store.key(name, "lock")
+    pub fn kind(&self) -> LockKind {
+        self.kind
     }
 
-    fn fence_key(&self, name: &str) -> String {
-        self.store.key(name, "lock:fence")
+    fn scripts(&self) -> KindScripts {
+        match self.kind {
+            LockKind::Plain => KindScripts {
+                acquire: &scripts::LOCK_ACQUIRE,
+                undo: &scripts::LOCK_UNDO,
+                release: &scripts::LOCK_RELEASE,
+                force_unlock: &scripts::LOCK_FORCE_UNLOCK,
+            },
+            LockKind::Fair { .. } => KindScripts {
+                acquire: &scripts::FAIR_ACQUIRE,
+                undo: &scripts::FAIR_UNDO,
+                release: &scripts::FAIR_RELEASE,
+                force_unlock: &scripts::FAIR_FORCE_UNLOCK,
+            },
+        }
     }
 
-    /// The pub/sub channel woken whenever the lock becomes free.
+    fn key(&self, name: &str, part: &str) -> String {
+        let base = match self.kind {
+            LockKind::Plain => "lock",
+            LockKind::Fair { .. } => "fair",
+        };
+        if part.is_empty() {
+            self.store.key(name, base)
+        } else {
+            self.store.key(name, &format!("{base}:{part}"))
+        }
+    }
+
+    /// The pub/sub channel of the lock's wake messages.
     pub fn wake_channel(&self, name: &str) -> String {
-        self.store.key(name, "lock:wake")
+        self.key(name, "wake")
     }
 
-    fn undo_marker_key(&self, name: &str, attempt: &AttemptId) -> String {
-        self.store
-            .key(name, &format!("lock:undone:{}", attempt.as_str()))
+    /// The keys every script of the family gets: hash, fence, the
+    /// attempt's marker (the hash again when there is none) and, for fair
+    /// locks, the queue's three keys.
+    fn keys(&self, name: &str, attempt: Option<&AttemptId>) -> Vec<String> {
+        let hash = self.key(name, "");
+        let marker = match attempt {
+            Some(a) => self.key(name, &format!("undone:{}", a.as_str())),
+            None => hash.clone(),
+        };
+        let mut keys = vec![hash, self.key(name, "fence"), marker];
+        if let LockKind::Fair { .. } = self.kind {
+            keys.extend(["queue", "deadlines", "tickets"].map(|p| self.key(name, p)));
+        }
+        keys
+    }
+
+    /// The family's common arguments (see `scripts/lock_plain.lua`), then
+    /// the script's own.
+    fn args(
+        &self,
+        name: &str,
+        holder: &str,
+        wait_left_ms: Option<u64>,
+        own: &[&str],
+    ) -> Vec<String> {
+        let grace = match self.kind {
+            LockKind::Plain => String::new(),
+            LockKind::Fair { grace_ms } => grace_ms.to_string(),
+        };
+        let mut args = vec![
+            self.wake_channel(name),
+            holder.to_string(),
+            grace,
+            wait_left_ms.map(|w| w.to_string()).unwrap_or_default(),
+        ];
+        args.extend(own.iter().map(|a| a.to_string()));
+        args
     }
 
     /// One try: take the lock, re-enter it, or report what blocks. The
-    /// attempt id makes the try safe to repeat and possible to undo.
+    /// attempt id makes the try safe to repeat and possible to undo;
+    /// `wait_left_ms` (fair locks) keeps a waiter's queue entry for the
+    /// rest of its wait plus the grace.
     pub async fn try_acquire(
         &self,
         name: &str,
         holder: &str,
         lease_ms: u64,
+        wait_left_ms: u64,
         attempt: &AttemptId,
     ) -> Result<Attempt<LockGrant>, StoreError> {
+        let keys = self.keys(name, Some(attempt));
+        let lease = lease_ms.to_string();
+        let args = self.args(
+            name,
+            holder,
+            Some(wait_left_ms),
+            &[&lease, attempt.as_str()],
+        );
         let reply: Vec<Value> = self
             .store
-            .write_repeatable(
-                &scripts::LOCK_ACQUIRE,
-                &[
-                    &self.lock_key(name),
-                    &self.fence_key(name),
-                    &self.undo_marker_key(name, attempt),
-                ],
-                &[holder, &lease_ms.to_string(), attempt.as_str()],
-            )
+            .write_repeatable(self.scripts().acquire, &keys, &args)
             .await?;
         match reply.as_slice() {
             [Value::Int(1), token, count, lease] => Ok(Attempt::Granted(LockGrant {
@@ -106,6 +194,17 @@ impl Locks {
             [Value::Int(0), Value::Int(ttl)] => Ok(Attempt::Blocked(Blocked::after(
                 u64::try_from(*ttl).unwrap_or(NO_TTL_RECHECK_MS),
             ))),
+            [Value::Int(0), hint, position, ticket, recheck] => {
+                let recheck = reply_u64(recheck, "recheck")?;
+                Ok(Attempt::Blocked(Blocked {
+                    retry_after_ms: reply_u64(hint, "hint")?,
+                    position: Some(reply_u64(position, "position")?),
+                    place: Some(Place {
+                        ticket: reply_u64(ticket, "ticket")?,
+                        recheck_ms: (recheck > 0).then_some(recheck),
+                    }),
+                }))
+            }
             // Only possible for an attempt its caller already gave up on.
             [Value::Int(-1)] => Err(StoreError::timeout()),
             other => Err(StoreError::Unexpected(format!(
@@ -123,20 +222,29 @@ impl Locks {
         holder: &str,
         attempt: &AttemptId,
     ) -> Result<bool, StoreError> {
+        let keys = self.keys(name, Some(attempt));
+        let args = self.args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
         let undone: i64 = self
             .store
-            .write_repeatable(
-                &scripts::LOCK_UNDO,
-                &[&self.lock_key(name), &self.undo_marker_key(name, attempt)],
-                &[
-                    holder,
-                    attempt.as_str(),
-                    &self.wake_channel(name),
-                    UNDO_MARKER_MS,
-                ],
-            )
+            .write_repeatable(self.scripts().undo, &keys[..], &args)
             .await?;
         Ok(undone == 1)
+    }
+
+    /// A waiter's request ended without a grant before its deadline (its
+    /// client left): its queue entry now lapses one grace from now. A
+    /// no-op for plain locks, which keep no queue.
+    pub async fn leave(&self, name: &str, holder: &str) -> Result<(), StoreError> {
+        if self.kind == LockKind::Plain {
+            return Ok(());
+        }
+        let keys = self.keys(name, None);
+        let args = self.args(name, holder, None, &[]);
+        let _: i64 = self
+            .store
+            .write_repeatable(&scripts::FAIR_LEAVE, &keys, &args)
+            .await?;
+        Ok(())
     }
 
     /// Renews the holder's lease (`None` keeps the lease it has).
@@ -152,7 +260,7 @@ impl Locks {
             .store
             .write_repeatable(
                 &scripts::LOCK_HEARTBEAT,
-                &[&self.lock_key(name)],
+                &[&self.key(name, "")],
                 &[holder, &lease],
             )
             .await?;
@@ -177,17 +285,11 @@ impl Locks {
         holder: &str,
         all: bool,
     ) -> Result<Option<Released>, StoreError> {
+        let keys = self.keys(name, None);
+        let args = self.args(name, holder, None, &[if all { "1" } else { "0" }]);
         let reply: Vec<Value> = self
             .store
-            .write(
-                &scripts::LOCK_RELEASE,
-                &[&self.lock_key(name)],
-                &[
-                    holder,
-                    if all { "1" } else { "0" },
-                    &self.wake_channel(name),
-                ],
-            )
+            .write(self.scripts().release, &keys, &args)
             .await?;
         match reply.as_slice() {
             [Value::Int(-1)] => Ok(None),
@@ -203,13 +305,11 @@ impl Locks {
 
     /// Removes the lock whoever holds it; true when it was held.
     pub async fn force_unlock(&self, name: &str) -> Result<bool, StoreError> {
+        let keys = self.keys(name, None);
+        let args = self.args(name, "", None, &[]);
         let removed: i64 = self
             .store
-            .write(
-                &scripts::LOCK_FORCE_UNLOCK,
-                &[&self.lock_key(name)],
-                &[&self.wake_channel(name)],
-            )
+            .write(self.scripts().force_unlock, &keys, &args)
             .await?;
         Ok(removed == 1)
     }
@@ -219,8 +319,8 @@ impl Locks {
             .store
             .run(
                 &scripts::LOCK_STATE,
-                &[&self.lock_key(name), &self.fence_key(name)],
-                &[],
+                &[self.key(name, ""), self.key(name, "fence")],
+                &[] as &[&str],
             )
             .await?;
         match reply.as_slice() {

@@ -46,20 +46,34 @@ impl Default for AttemptId {
     }
 }
 
-/// Why a request could not be granted (yet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a request could not be granted (yet): what its "not acquired"
+/// answer and its SSE `waiting` events report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Blocked {
-    /// Remaining lease of what blocks the request, in ms.
+    /// The hint for clients: when trying again may succeed, in ms.
     pub retry_after_ms: u64,
     /// Waiters ahead, where the resource queues fairly.
     pub position: Option<u64>,
+    /// The waiter's place in a queue kept in Redis, where there is one.
+    pub place: Option<Place>,
+}
+
+/// A waiter's entry in a queue kept in Redis (fair locks): the engine
+/// wakes it when the queue's wake message names its ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// Arrival order in the queue; kept across polls while the entry lives.
+    pub ticket: u64,
+    /// When the waiter should look again by itself, in ms; `None` when
+    /// only a wake message (or the safety re-check) should make it look.
+    pub recheck_ms: Option<u64>,
 }
 
 impl Blocked {
     pub fn after(retry_after_ms: u64) -> Self {
         Blocked {
             retry_after_ms,
-            position: None,
+            ..Blocked::default()
         }
     }
 }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 
 use crate::error::{ApiError, ProblemType};
+use crate::state::AppState;
 
 /// A JSON body whose fields are all optional: an omitted or empty body
 /// (what Swagger UI sends) means "all defaults".
@@ -198,6 +199,25 @@ pub fn wants_sse(headers: &axum::http::HeaderMap) -> bool {
         }
     }
     sse > 0.0 && sse >= json
+}
+
+/// The lease an acquire or heartbeat asked for, checked against the
+/// configured range (the default when omitted).
+pub fn lease_from(state: &AppState, lease: Option<Millis>) -> Result<u64, ApiError> {
+    let c = &state.config;
+    match lease {
+        None => Ok(c.default_lease_ms),
+        Some(m) => m.within("lease_ms", c.min_lease_ms, c.max_lease_ms),
+    }
+}
+
+/// How long a request may wait, checked against `max_wait_ms` (0 when
+/// omitted: try once).
+pub fn wait_from(state: &AppState, wait: Option<Millis>) -> Result<u64, ApiError> {
+    match wait {
+        None => Ok(0),
+        Some(m) => m.within("wait_ms", 0, state.config.max_wait_ms),
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::StoreError;
-use crate::wait::{Outcome, WaitEngine};
+use crate::wait::{Outcome, WaitEngine, WaitMode};
 
 /// How long the background give-back of one attempt keeps retrying.
 const GIVE_BACK_FOR: Duration = Duration::from_secs(30);
@@ -47,6 +47,11 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
     /// The pub/sub channel that announces "maybe grantable now".
     fn channel(&self) -> String;
 
+    /// How its waiters wait (see [`WaitMode`]).
+    fn mode(&self) -> WaitMode {
+        WaitMode::Relay
+    }
+
     /// One atomic try, recorded under `attempt` if it grants.
     fn attempt(
         &self,
@@ -57,8 +62,25 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
     /// and it keeps a late copy of the attempt from granting).
     fn undo(&self, attempt: &AttemptId) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// The request stopped waiting before its deadline without a grant
+    /// (its client left): shorten whatever it keeps in Redis for itself
+    /// (a fair waiter's queue entry). Nothing by default.
+    fn leave(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async { Ok(()) }
+    }
+
     /// The "not acquired" problem for this blocker (e.g. 409 `lock-held`).
     fn blocked(&self, blocked: Blocked) -> ApiError;
+
+    /// The data of an SSE `waiting` event: the hint, and whatever else the
+    /// primitive reports while a request waits (a fair queue's `position`).
+    fn waiting(&self, blocked: Blocked) -> Value {
+        let mut data = json!({ "retry_after_ms": blocked.retry_after_ms });
+        if let Some(position) = blocked.position {
+            data["position"] = json!(position);
+        }
+        data
+    }
 
     /// The grant as a JSON document (201 body, SSE `acquired` data).
     fn grant_json(&self, grant: &Self::Grant) -> Value;
@@ -104,22 +126,27 @@ pub async fn respond<A: Acquisition>(
         metrics.acquisition(primitive, "busy");
         let problem = acquisition.blocked(blocked);
         if sse {
-            let events = vec![waiting_event(blocked), event("timeout", &problem.to_json())];
+            let events = vec![
+                event("waiting", &acquisition.waiting(blocked)),
+                event("timeout", &problem.to_json()),
+            ];
             return Ok(sse_response(stream_of(events)));
         }
         return Err(problem);
     }
 
-    let waiter = engine.admit(&acquisition.channel()).inspect_err(|_| {
-        metrics.acquisition(primitive, "error");
-    })?;
+    let waiter = engine
+        .admit(&acquisition.channel(), acquisition.mode())
+        .inspect_err(|_| {
+            metrics.acquisition(primitive, "error");
+        })?;
 
     if !sse {
         // hyper drops this future when the client goes away; the guard
         // records that as `abandoned`.
-        let left = CountIfLeft {
+        let left = IfLeft {
             metrics,
-            primitive,
+            acquisition: &acquisition,
             armed: true,
         };
         let outcome = waiter
@@ -146,10 +173,11 @@ pub async fn respond<A: Acquisition>(
     // client goes away, hyper drops the stream (our receiver), `closed()`
     // fires and the wait future is dropped with all its guards.
     let (tx, rx) = mpsc::channel::<Event>(16);
-    let _ = tx.try_send(waiting_event(blocked));
+    let _ = tx.try_send(event("waiting", &acquisition.waiting(blocked)));
     let metrics = metrics.clone();
     tokio::spawn(async move {
         let progress_tx = tx.clone();
+        let describe = acquisition.clone();
         let wait = waiter.wait(
             deadline,
             blocked,
@@ -157,12 +185,13 @@ pub async fn respond<A: Acquisition>(
             move |b| {
                 // A full buffer means the client reads slowly; dropping a
                 // progress event is fine, the next one supersedes it.
-                let _ = progress_tx.try_send(waiting_event(b));
+                let _ = progress_tx.try_send(event("waiting", &describe.waiting(b)));
             },
         );
         let outcome = tokio::select! {
             _ = tx.closed() => {
                 metrics.acquisition(primitive, "abandoned");
+                leave(acquisition.clone());
                 return;
             }
             outcome = wait => outcome,
@@ -264,37 +293,42 @@ fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
     });
 }
 
-/// Counts a long-poll whose client left before it was answered.
-struct CountIfLeft<'a> {
+/// Tells Redis in the background that a waiter left (one try: if it
+/// fails, what the waiter kept lapses at its deadline plus the grace).
+fn leave<A: Acquisition>(acquisition: A) {
+    tokio::spawn(async move {
+        if let Err(e) = acquisition.leave().await {
+            tracing::debug!(primitive = acquisition.primitive(), error = %e, "could not record that a waiter left");
+        }
+    });
+}
+
+/// Counts a long-poll whose client left before it was answered, and
+/// tells Redis it left.
+struct IfLeft<'a, A: Acquisition> {
     metrics: &'a Metrics,
-    primitive: &'static str,
+    acquisition: &'a A,
     armed: bool,
 }
 
-impl CountIfLeft<'_> {
+impl<A: Acquisition> IfLeft<'_, A> {
     fn disarm(mut self) {
         self.armed = false;
     }
 }
 
-impl Drop for CountIfLeft<'_> {
+impl<A: Acquisition> Drop for IfLeft<'_, A> {
     fn drop(&mut self) {
         if self.armed {
-            self.metrics.acquisition(self.primitive, "abandoned");
+            self.metrics
+                .acquisition(self.acquisition.primitive(), "abandoned");
+            leave(self.acquisition.clone());
         }
     }
 }
 
 fn event(name: &str, data: &Value) -> Event {
     Event::default().event(name).data(data.to_string())
-}
-
-fn waiting_event(blocked: Blocked) -> Event {
-    let mut data = json!({ "retry_after_ms": blocked.retry_after_ms });
-    if let Some(position) = blocked.position {
-        data["position"] = json!(position);
-    }
-    event("waiting", &data)
 }
 
 fn stream_of(events: Vec<Event>) -> impl futures_util::Stream<Item = Result<Event, Infallible>> {

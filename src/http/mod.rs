@@ -3,7 +3,9 @@
 //! long-poll/SSE adapter.
 
 pub mod extract;
+pub mod fair_locks;
 pub mod health;
+pub mod lock_family;
 pub mod locks;
 pub mod longpoll;
 pub mod middleware;

@@ -16,7 +16,10 @@ use crate::error::Problem;
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     tags(
-        (name = "locks", description = "Reentrant locks (Redisson RLock)"),
+        (name = "locks", description = "Reentrant locks, not fair (Redisson RLock)"),
+        (name = "fair-locks", description = "Reentrant locks granted in order of arrival (Redisson \
+            RFairLock). A waiter keeps its place by polling again with the same `holder` within \
+            the queue grace (`queue_grace_ms`, default 5000) after its previous poll ended."),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(Problem)),

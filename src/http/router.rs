@@ -15,7 +15,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish};
-use super::{health, locks};
+use super::{fair_locks, health, locks};
 use crate::config::CorsOrigins;
 use crate::state::AppState;
 
@@ -30,6 +30,10 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(locks::heartbeat))
         .routes(routes!(locks::release))
         .routes(routes!(locks::state, locks::force_unlock))
+        .routes(routes!(fair_locks::acquire))
+        .routes(routes!(fair_locks::heartbeat))
+        .routes(routes!(fair_locks::release))
+        .routes(routes!(fair_locks::state, fair_locks::force_unlock))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

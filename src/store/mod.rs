@@ -347,8 +347,8 @@ impl Store {
     pub async fn run<T: FromRedisValue>(
         &self,
         script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
     ) -> Result<T, StoreError> {
         self.call(script, keys, args, Call::Read).await
     }
@@ -360,8 +360,8 @@ impl Store {
     pub async fn write<T: FromRedisValue>(
         &self,
         script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
     ) -> Result<T, StoreError> {
         self.call(script, keys, args, Call::Once).await
     }
@@ -372,8 +372,8 @@ impl Store {
     pub async fn write_repeatable<T: FromRedisValue>(
         &self,
         script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
     ) -> Result<T, StoreError> {
         self.call(script, keys, args, Call::Repeatable).await
     }
@@ -381,8 +381,8 @@ impl Store {
     async fn call<T: FromRedisValue>(
         &self,
         script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
         call: Call,
     ) -> Result<T, StoreError> {
         let replicated = call != Call::Read && self.inner.min_replicas > 0;
@@ -431,16 +431,16 @@ impl Store {
         &self,
         conn: &mut Conn,
         script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
     ) -> Result<Value, redis::RedisError> {
         let started = Instant::now();
         let mut invocation = script.redis().prepare_invoke();
         for key in keys {
-            invocation.key(*key);
+            invocation.key(key.as_ref());
         }
         for arg in args {
-            invocation.arg(*arg);
+            invocation.arg(arg.as_ref());
         }
         let result = invocation.invoke_async(conn).await;
         self.inner

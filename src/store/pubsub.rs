@@ -10,7 +10,8 @@
 //!   Trade-off: every instance receives every notification of the
 //!   deployment; notifications are tiny and only sent on state changes.
 //! - In-process fan-out: a map from channel to a reference-counted entry
-//!   holding a `watch` counter and a member count. A waiter marks the
+//!   holding a `watch` of the latest [`Note`] (a counter and the message's
+//!   payload, for waiters that read it) and a member count. A waiter marks the
 //!   counter as seen *before* it re-checks Redis, so a message that arrives
 //!   between the check and the wait is never lost. The last
 //!   [`Subscription`] of a channel removes the entry (Drop).
@@ -41,29 +42,44 @@ pub struct Hub {
 }
 
 struct Inner {
-    /// channel name → its wake counter (bumped on every message for the
+    /// channel name → its latest note (bumped on every message for the
     /// channel and on every reconnect), counted by its [`Subscription`]s.
-    channels: CountedMap<Arc<watch::Sender<u64>>>,
+    channels: CountedMap<Arc<watch::Sender<Note>>>,
     /// True while the subscriber connection is up and subscribed.
     connected: watch::Sender<bool>,
 }
 
-fn bump(tx: &watch::Sender<u64>) {
-    tx.send_modify(|n| *n = n.wrapping_add(1));
+/// The latest wake-up of a channel. Waiters that only need "something
+/// happened" ignore the payload; the others read the latest one (a later
+/// message supersedes an earlier one, so coalescing loses nothing).
+#[derive(Debug, Clone, Default)]
+pub struct Note {
+    /// Bumped on every message and reconnect.
+    pub seq: u64,
+    /// The message's payload; `None` after a reconnect, when messages may
+    /// have been lost and every waiter should look for itself.
+    pub payload: Option<Arc<str>>,
+}
+
+fn bump(tx: &watch::Sender<Note>, payload: Option<Arc<str>>) {
+    tx.send_modify(|n| {
+        n.seq = n.seq.wrapping_add(1);
+        n.payload = payload;
+    });
 }
 
 /// One waiter-group's interest in a channel. Not Clone on purpose: each
 /// one is counted once, and its Drop uncounts it.
 pub struct Subscription {
-    tx: Arc<watch::Sender<u64>>,
+    tx: Arc<watch::Sender<Note>>,
     channel: String,
     hub: Hub,
 }
 
 impl Subscription {
-    /// A receiver positioned at the current message count: `changed()`
-    /// completes on the next notification (or reconnect).
-    pub fn receiver(&self) -> watch::Receiver<u64> {
+    /// A receiver positioned at the current note: `changed()` completes on
+    /// the next notification (or reconnect).
+    pub fn receiver(&self) -> watch::Receiver<Note> {
         self.tx.subscribe()
     }
 }
@@ -107,7 +123,7 @@ impl Hub {
         let tx = self
             .inner
             .channels
-            .join(channel, || Arc::new(watch::Sender::new(0)));
+            .join(channel, || Arc::new(watch::Sender::new(Note::default())));
         Subscription {
             tx,
             channel: channel.to_string(),
@@ -126,12 +142,14 @@ impl Hub {
         self.inner.channels.len()
     }
 
-    fn notify(&self, channel: &str) {
-        self.inner.channels.with(channel, |tx| bump(tx));
+    fn notify(&self, channel: &str, payload: &[u8]) {
+        self.inner.channels.with(channel, |tx| {
+            bump(tx, Some(String::from_utf8_lossy(payload).into()))
+        });
     }
 
     fn wake_all(&self) {
-        self.inner.channels.for_each(|tx| bump(tx));
+        self.inner.channels.for_each(|tx| bump(tx, None));
     }
 
     fn set_connected(&self, up: bool) {
@@ -204,7 +222,7 @@ async fn run(
                 msg = stream.next() => match msg {
                     Some(msg) => {
                         metrics.pubsub_messages.inc();
-                        hub.notify(msg.get_channel_name());
+                        hub.notify(msg.get_channel_name(), msg.get_payload_bytes());
                     }
                     None => {
                         tracing::warn!("pub/sub connection closed");
@@ -260,7 +278,7 @@ mod tests {
             std::thread::spawn(move || {
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     hub.wake_all();
-                    hub.notify("t:steady");
+                    hub.notify("t:steady", b"free");
                 }
             })
         };

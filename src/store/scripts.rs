@@ -1,4 +1,4 @@
-//! The Lua scripts, one file each under `scripts/`, embedded at build time.
+//! The Lua scripts, built from the files under `scripts/` at build time.
 //!
 //! Each script is one atomic state change (or one consistent read). They
 //! are loaded into Redis at start and invoked by EVALSHA; the redis crate
@@ -38,10 +38,10 @@ impl Script {
 }
 
 macro_rules! scripts {
-    ($($ident:ident => $file:literal),* $(,)?) => {
+    ($($ident:ident => $name:literal = [$($part:literal),+]),* $(,)?) => {
         $(
             pub static $ident: LazyLock<Script> = LazyLock::new(|| {
-                Script::new($file, include_str!(concat!("scripts/", $file, ".lua")))
+                Script::new($name, concat!($(include_str!(concat!("scripts/", $part, ".lua")), "\n"),+))
             });
         )*
         /// Every script, for loading at start and the readiness check.
@@ -49,11 +49,19 @@ macro_rules! scripts {
     };
 }
 
+// A script is its files joined in order: the lock family's bodies run
+// after the hooks of a lock kind (`lock_plain`, `lock_fair`), so plain and
+// fair locks share every body.
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire",
-    LOCK_UNDO => "lock_undo",
-    LOCK_HEARTBEAT => "lock_heartbeat",
-    LOCK_RELEASE => "lock_release",
-    LOCK_FORCE_UNLOCK => "lock_force_unlock",
-    LOCK_STATE => "lock_state",
+    LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock_acquire"],
+    LOCK_UNDO => "lock_undo" = ["lock_plain", "lock_undo"],
+    LOCK_RELEASE => "lock_release" = ["lock_plain", "lock_release"],
+    LOCK_FORCE_UNLOCK => "lock_force_unlock" = ["lock_plain", "lock_force_unlock"],
+    LOCK_HEARTBEAT => "lock_heartbeat" = ["lock_heartbeat"],
+    LOCK_STATE => "lock_state" = ["lock_state"],
+    FAIR_ACQUIRE => "fair_acquire" = ["lock_fair", "lock_acquire"],
+    FAIR_UNDO => "fair_undo" = ["lock_fair", "lock_undo"],
+    FAIR_RELEASE => "fair_release" = ["lock_fair", "lock_release"],
+    FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["lock_fair", "lock_force_unlock"],
+    FAIR_LEAVE => "fair_leave" = ["lock_fair", "lock_leave"],
 }

@@ -2,6 +2,7 @@
 //! redis-server processes that the tests start themselves. No mocks.
 
 mod errors;
+mod fair;
 mod hardening;
 mod helpers;
 mod locks;

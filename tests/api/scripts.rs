@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use latchkey::coord::locks::{LockGrant, Locks, Released};
+use latchkey::coord::locks::{LockGrant, LockKind, Locks, Released};
 use latchkey::coord::{Attempt, AttemptId, Blocked};
 use latchkey::metrics::Metrics;
 use latchkey::store::{Store, StoreConfig};
@@ -23,7 +23,10 @@ async fn locks(redis: &latchkey::devredis::RedisServer) -> Locks {
         response_timeout: Duration::from_millis(1000),
         min_replicas: 0,
     };
-    Locks::new(Store::open(&config, Metrics::new()).await.unwrap())
+    Locks::new(
+        Store::open(&config, Metrics::new()).await.unwrap(),
+        LockKind::Plain,
+    )
 }
 
 #[tokio::test]
@@ -31,7 +34,7 @@ async fn acquire_sets_the_lease_as_a_redis_ttl_and_the_fence_never_expires() {
     let redis = redis();
     let locks = locks(&redis).await;
     let granted = locks
-        .try_acquire("k", "h", 5000, &AttemptId::new())
+        .try_acquire("k", "h", 5000, 0, &AttemptId::new())
         .await
         .unwrap();
     assert!(matches!(
@@ -56,17 +59,18 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
     let redis = redis();
     let locks = locks(&redis).await;
     locks
-        .try_acquire("k", "a", 3000, &AttemptId::new())
+        .try_acquire("k", "a", 3000, 0, &AttemptId::new())
         .await
         .unwrap();
     match locks
-        .try_acquire("k", "b", 3000, &AttemptId::new())
+        .try_acquire("k", "b", 3000, 0, &AttemptId::new())
         .await
         .unwrap()
     {
         Attempt::Blocked(Blocked {
             retry_after_ms,
             position: None,
+            place: None,
         }) => {
             assert!(retry_after_ms > 2800 && retry_after_ms <= 3000)
         }
@@ -78,7 +82,7 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
     let _: bool = conn.persist("t:{k}:lock").await.unwrap();
     assert!(matches!(
         locks
-            .try_acquire("k", "b", 3000, &AttemptId::new())
+            .try_acquire("k", "b", 3000, 0, &AttemptId::new())
             .await
             .unwrap(),
         Attempt::Blocked(Blocked {
@@ -93,11 +97,11 @@ async fn reentry_resets_the_lease_and_keeps_the_token() {
     let redis = redis();
     let locks = locks(&redis).await;
     locks
-        .try_acquire("k", "a", 1000, &AttemptId::new())
+        .try_acquire("k", "a", 1000, 0, &AttemptId::new())
         .await
         .unwrap();
     let again = locks
-        .try_acquire("k", "a", 8000, &AttemptId::new())
+        .try_acquire("k", "a", 8000, 0, &AttemptId::new())
         .await
         .unwrap();
     assert!(matches!(
@@ -155,7 +159,7 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
     );
 
     locks
-        .try_acquire("k", "c", 5000, &AttemptId::new())
+        .try_acquire("k", "c", 5000, 0, &AttemptId::new())
         .await
         .unwrap();
     assert!(locks.force_unlock("k").await.unwrap());
@@ -177,7 +181,7 @@ async fn heartbeat_renews_only_for_the_holder_and_cannot_revive_an_expired_hold(
     let redis = redis();
     let locks = locks(&redis).await;
     locks
-        .try_acquire("k", "a", 500, &AttemptId::new())
+        .try_acquire("k", "a", 500, 0, &AttemptId::new())
         .await
         .unwrap();
     assert_eq!(locks.heartbeat("k", "b", Some(9000)).await.unwrap(), None);
@@ -205,7 +209,7 @@ async fn state_reads_one_snapshot_without_the_holder() {
 async fn hold_twice(locks: &Locks, name: &str, holder: &str) {
     for _ in 0..2 {
         let attempt = AttemptId::new();
-        let tried = locks.try_acquire(name, holder, 5000, &attempt).await;
+        let tried = locks.try_acquire(name, holder, 5000, 0, &attempt).await;
         assert!(matches!(tried.unwrap(), Attempt::Granted(_)));
     }
 }
@@ -222,8 +226,14 @@ async fn an_attempt_repeated_after_a_lost_reply_grants_once() {
     let redis = redis();
     let locks = locks(&redis).await;
     let attempt = AttemptId::new();
-    let first = locks.try_acquire("k", "a", 5000, &attempt).await.unwrap();
-    let again = locks.try_acquire("k", "a", 5000, &attempt).await.unwrap();
+    let first = locks
+        .try_acquire("k", "a", 5000, 0, &attempt)
+        .await
+        .unwrap();
+    let again = locks
+        .try_acquire("k", "a", 5000, 0, &attempt)
+        .await
+        .unwrap();
     assert_eq!((count_of(first), count_of(again)), (1, 1));
     assert_eq!(locks.state("k").await.unwrap().hold_count, 1);
 }
@@ -233,10 +243,13 @@ async fn undo_gives_back_only_what_its_own_attempt_granted() {
     let redis = redis();
     let locks = locks(&redis).await;
     let (first, second, blocked) = (AttemptId::new(), AttemptId::new(), AttemptId::new());
-    locks.try_acquire("k", "a", 5000, &first).await.unwrap();
-    locks.try_acquire("k", "a", 5000, &second).await.unwrap();
+    locks.try_acquire("k", "a", 5000, 0, &first).await.unwrap();
+    locks.try_acquire("k", "a", 5000, 0, &second).await.unwrap();
     assert!(matches!(
-        locks.try_acquire("k", "b", 5000, &blocked).await.unwrap(),
+        locks
+            .try_acquire("k", "b", 5000, 0, &blocked)
+            .await
+            .unwrap(),
         Attempt::Blocked(_)
     ));
     // An attempt that granted nothing gives back nothing — not even when
@@ -261,8 +274,8 @@ async fn a_released_hold_is_not_given_back_twice() {
     let redis = redis();
     let locks = locks(&redis).await;
     let (first, second) = (AttemptId::new(), AttemptId::new());
-    locks.try_acquire("k", "a", 5000, &first).await.unwrap();
-    locks.try_acquire("k", "a", 5000, &second).await.unwrap();
+    locks.try_acquire("k", "a", 5000, 0, &first).await.unwrap();
+    locks.try_acquire("k", "a", 5000, 0, &second).await.unwrap();
     // The holder releases one hold (the latest, `second`'s) by itself.
     locks.release("k", "a", false).await.unwrap();
     assert!(!locks.undo("k", "a", &second).await.unwrap());
@@ -278,7 +291,7 @@ async fn an_undo_that_arrives_first_keeps_its_late_attempt_from_granting() {
     let locks = locks(&redis).await;
     let late = AttemptId::new();
     assert!(!locks.undo("k", "a", &late).await.unwrap());
-    assert!(locks.try_acquire("k", "a", 5000, &late).await.is_err());
+    assert!(locks.try_acquire("k", "a", 5000, 0, &late).await.is_err());
     assert!(!locks.state("k").await.unwrap().locked);
     let mut conn = redis_conn(&redis).await;
     let marker_ttl: i64 = conn

@@ -1,26 +1,26 @@
 -- lock_release: drop one hold (or all holds) of a holder.
+-- Runs after a kind's hooks (lock_plain or lock_fair); ARGV[1..4] are theirs.
 --
--- KEYS[1]  lock hash  {prefix}{name}:lock
--- ARGV[1]  holder id
--- ARGV[2]  '1' to release every reentrant hold, '0' to release one
--- ARGV[3]  wake channel {prefix}{name}:lock:wake
+-- KEYS[1]  lock hash  {prefix}{name}:lock (fair: :fair)
+-- ARGV[2]  holder id
+-- ARGV[5]  '1' to release every reentrant hold, '0' to release one
 --
 -- Returns  {-1}            not held by this holder
 --          {1, 0}          the lock became free (waiters were notified)
 --          {0, hold_count} still held by this holder, hold_count remaining
 --
 -- Invariant: the lock is free exactly when the hold count reaches 0; every
--- transition to free publishes one wake message. Holds are released latest
+-- transition to free notifies the waiters. Holds are released latest
 -- first: the attempt record of the hold dropped ('a:<id>' at the old
 -- count) goes with it, so lock_undo never gives back a released hold.
 local h = redis.call('HMGET', KEYS[1], 'holder', 'count')
-if h[1] ~= ARGV[1] then
+if h[1] ~= ARGV[2] then
   return {-1}
 end
 local count = tonumber(h[2]) - 1
-if ARGV[2] == '1' or count <= 0 then
+if ARGV[5] == '1' or count <= 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], 'free')
+  on_free()
   return {1, 0}
 end
 local fields = redis.call('HGETALL', KEYS[1])

@@ -1,0 +1,16 @@
+//! `/fair-locks/{name}/...`: reentrant locks granted in order of arrival
+//! (README: "Fair locks"). The same operations and bodies as `/locks`; a
+//! waiter's 409 and SSE `waiting` events carry its `position`.
+
+super::lock_family::lock_routes! {
+    field: fair_locks,
+    tag: "fair-locks",
+    acquire: "/fair-locks/{name}/acquire",
+    heartbeat: "/fair-locks/{name}/holders/{holder}/heartbeat",
+    holder: "/fair-locks/{name}/holders/{holder}",
+    object: "/fair-locks/{name}",
+    conflict: "Held by another holder or others are queued ahead (`lock-held`), with `position` \
+        (waiters ahead), `retry_after_ms` and `Retry-After`. Poll again with the same `holder` \
+        within the queue grace (default 5 s) to keep the place.",
+    stream_example: "event: waiting\ndata: {\"retry_after_ms\":2500,\"position\":2}\n\nevent: waiting\ndata: {\"retry_after_ms\":2500,\"position\":1}\n\nevent: acquired\ndata: {\"name\":\"orders\",\"holder\":\"worker-1\",\"fencing_token\":43,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n",
+}

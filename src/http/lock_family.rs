@@ -1,0 +1,505 @@
+//! What the lock family's routes share (`/locks`, `/fair-locks`): path and
+//! body types, the grant, the blocking acquire as an [`Acquisition`], the
+//! five handlers, and [`lock_routes!`], which gives each kind its five
+//! routes with their OpenAPI operations (utoipa needs literal paths).
+
+use axum::Json;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::coord::locks::{LockGrant, LockKind, Locks};
+use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::error::ApiError;
+use crate::http::extract::{
+    Millis, check_holder, check_holder_in_path, check_name, lease_from, new_holder, wait_from,
+    wants_sse,
+};
+use crate::http::longpoll::{self, Acquisition};
+use crate::state::AppState;
+use crate::store::StoreError;
+use crate::wait::WaitMode;
+
+/// The object name in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct NamePath {
+    /// 1–256 characters of `A-Z a-z 0-9 . _ ~ : -`.
+    #[param(example = "orders", pattern = "^[A-Za-z0-9._~:-]{1,256}$")]
+    pub name: String,
+}
+
+/// The object name and a holder id in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct HolderPath {
+    /// 1–256 characters of `A-Z a-z 0-9 . _ ~ : -`.
+    #[param(example = "orders", pattern = "^[A-Za-z0-9._~:-]{1,256}$")]
+    pub name: String,
+    /// The holder id from the grant (a capability: keep it secret).
+    #[param(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: String,
+}
+
+/// Body of an acquire. Every field is optional; the body may be omitted.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"lease_ms": 30000, "wait_ms": 0}))]
+pub struct AcquireRequest {
+    /// Who acquires. Omit it and the server generates one (128 random
+    /// bits); reuse it to re-enter, renew and release.
+    #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: Option<String>,
+    /// Lease in ms (default 30000). The accepted range is configuration
+    /// (min_lease_ms/max_lease_ms); the bounds shown are the defaults. The
+    /// hold ends when it lapses without a heartbeat.
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
+    pub lease_ms: Option<Millis>,
+    /// How long to wait for the lock, in ms (default 0 = try once). The
+    /// maximum is configuration (max_wait_ms); the bound shown is the default.
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
+    pub wait_ms: Option<Millis>,
+}
+
+/// Body of a heartbeat; may be omitted.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({}))]
+pub struct HeartbeatRequest {
+    /// New lease in ms. Omit it to renew for the lease the hold already
+    /// has. Range as for acquire (defaults shown).
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
+    pub lease_ms: Option<Millis>,
+}
+
+/// A successful acquisition or renewal.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "orders",
+    "holder": "3f9c0f3e6c1b4a0e9d2b7a51c2e4f8aa",
+    "fencing_token": 42,
+    "hold_count": 1,
+    "lease_ms": 30000,
+    "expires_in_ms": 30000,
+    "heartbeat_interval_ms": 10000
+}))]
+pub struct Grant {
+    pub name: String,
+    /// The holder id: a capability to renew and release. Only ever shown
+    /// to the request that supplied or received it.
+    pub holder: String,
+    /// Strictly increasing per object name over the deployment's life; hand
+    /// it to downstream resources so they can reject stale holders.
+    pub fencing_token: u64,
+    /// Reentrant holds by this holder; the lock is free at 0.
+    pub hold_count: u64,
+    pub lease_ms: u64,
+    pub expires_in_ms: u64,
+    /// How often to send a heartbeat (lease_ms / 3).
+    pub heartbeat_interval_ms: u64,
+}
+
+impl Grant {
+    pub fn new(name: &str, holder: &str, g: &LockGrant) -> Self {
+        Grant {
+            name: name.to_string(),
+            holder: holder.to_string(),
+            fencing_token: g.fencing_token,
+            hold_count: g.hold_count,
+            lease_ms: g.lease_ms,
+            expires_in_ms: g.lease_ms,
+            heartbeat_interval_ms: g.lease_ms / 3,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReleaseQuery {
+    /// Release every reentrant hold at once.
+    pub all: Option<bool>,
+}
+
+/// The answer to a release.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released": true, "hold_count": 0}))]
+pub struct Release {
+    /// True when the lock became free.
+    pub released: bool,
+    /// Holds this holder still has.
+    pub hold_count: u64,
+}
+
+/// A lock's (or fair lock's) public state (never the holder id).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500,
+    "fencing_token": 42, "waiters": 3
+}))]
+pub struct LockStatus {
+    pub name: String,
+    pub locked: bool,
+    pub hold_count: u64,
+    /// Remaining lease in ms (0 when free).
+    pub ttl_ms: u64,
+    /// Last fencing token issued (0 if never locked).
+    pub fencing_token: u64,
+    /// Requests waiting on the instance that answers.
+    pub waiters: u64,
+}
+
+/// The answer to a force unlock.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released": true}))]
+pub struct ForceUnlock {
+    /// True when the lock was held and is now free.
+    pub released: bool,
+}
+
+/// How routes and metrics name a lock kind: (route prefix, metrics label).
+fn naming(kind: LockKind) -> (&'static str, &'static str) {
+    match kind {
+        LockKind::Plain => ("/locks", "lock"),
+        LockKind::Fair { .. } => ("/fair-locks", "fair_lock"),
+    }
+}
+
+/// One blocking acquire of a lock of either kind.
+#[derive(Clone)]
+struct LockAcquisition {
+    locks: Locks,
+    name: String,
+    holder: String,
+    lease_ms: u64,
+    /// When the request stops waiting (a fair waiter's queue entry lasts
+    /// until then plus the grace).
+    deadline: Instant,
+}
+
+impl LockAcquisition {
+    fn grant(&self, grant: &LockGrant) -> Grant {
+        Grant::new(&self.name, &self.holder, grant)
+    }
+}
+
+impl Acquisition for LockAcquisition {
+    type Grant = LockGrant;
+
+    fn primitive(&self) -> &'static str {
+        naming(self.locks.kind()).1
+    }
+
+    fn channel(&self) -> String {
+        self.locks.wake_channel(&self.name)
+    }
+
+    fn mode(&self) -> WaitMode {
+        match self.locks.kind() {
+            LockKind::Plain => WaitMode::Relay,
+            LockKind::Fair { .. } => WaitMode::Queue,
+        }
+    }
+
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<LockGrant>, StoreError> {
+        let wait_left = self.deadline.saturating_duration_since(Instant::now());
+        self.locks
+            .try_acquire(
+                &self.name,
+                &self.holder,
+                self.lease_ms,
+                wait_left.as_millis() as u64,
+                attempt,
+            )
+            .await
+    }
+
+    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
+        self.locks.undo(&self.name, &self.holder, attempt).await
+    }
+
+    async fn leave(&self) -> Result<(), StoreError> {
+        self.locks.leave(&self.name, &self.holder).await
+    }
+
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        let mut problem = ApiError::lock_held(blocked.retry_after_ms);
+        problem.problem.position = blocked.position;
+        problem
+    }
+
+    fn grant_json(&self, grant: &LockGrant) -> Value {
+        json!(self.grant(grant))
+    }
+
+    fn granted(&self, grant: LockGrant) -> Response {
+        let location = format!(
+            "{}/{}/holders/{}",
+            naming(self.locks.kind()).0,
+            self.name,
+            self.holder
+        );
+        let mut response = (StatusCode::CREATED, Json(self.grant(&grant))).into_response();
+        if let Ok(value) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, value);
+        }
+        response
+    }
+}
+
+/// `POST …/{name}/acquire`.
+pub async fn acquire(
+    state: &AppState,
+    locks: &Locks,
+    name: String,
+    headers: &HeaderMap,
+    body: AcquireRequest,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    check_name(&name)?;
+    let holder = match body.holder {
+        Some(holder) => {
+            check_holder(&holder)?;
+            holder
+        }
+        None => new_holder(),
+    };
+    let lease_ms = lease_from(state, body.lease_ms)?;
+    let wait_ms = wait_from(state, body.wait_ms)?;
+    let acquisition = LockAcquisition {
+        locks: locks.clone(),
+        name,
+        holder,
+        lease_ms,
+        deadline: arrived + std::time::Duration::from_millis(wait_ms),
+    };
+    longpoll::respond(
+        &state.engine,
+        &state.metrics,
+        wants_sse(headers),
+        arrived,
+        wait_ms,
+        acquisition,
+    )
+    .await
+}
+
+fn not_held() -> ApiError {
+    ApiError::not_held("this holder does not hold the lock (released, expired, or never acquired)")
+}
+
+/// `POST …/{name}/holders/{holder}/heartbeat`.
+pub async fn heartbeat(
+    state: &AppState,
+    locks: &Locks,
+    path: HolderPath,
+    body: HeartbeatRequest,
+) -> Result<Json<Grant>, ApiError> {
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    let lease = match body.lease_ms {
+        None => None,
+        Some(m) => Some(lease_from(state, Some(m))?),
+    };
+    match locks.heartbeat(&path.name, &path.holder, lease).await? {
+        Some(grant) => Ok(Json(Grant::new(&path.name, &path.holder, &grant))),
+        None => Err(not_held()),
+    }
+}
+
+/// `DELETE …/{name}/holders/{holder}`.
+pub async fn release(
+    locks: &Locks,
+    path: HolderPath,
+    query: ReleaseQuery,
+) -> Result<Json<Release>, ApiError> {
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    match locks
+        .release(&path.name, &path.holder, query.all.unwrap_or(false))
+        .await?
+    {
+        Some(r) => Ok(Json(Release {
+            released: r.released,
+            hold_count: r.hold_count,
+        })),
+        None => Err(not_held()),
+    }
+}
+
+/// `GET …/{name}`.
+pub async fn state(
+    state: &AppState,
+    locks: &Locks,
+    name: String,
+) -> Result<Json<LockStatus>, ApiError> {
+    check_name(&name)?;
+    let s = locks.state(&name).await?;
+    Ok(Json(LockStatus {
+        waiters: state.engine.waiters_on(&locks.wake_channel(&name)),
+        name,
+        locked: s.locked,
+        hold_count: s.hold_count,
+        ttl_ms: s.ttl_ms,
+        fencing_token: s.fencing_token,
+    }))
+}
+
+/// `DELETE …/{name}`.
+pub async fn force_unlock(locks: &Locks, name: String) -> Result<Json<ForceUnlock>, ApiError> {
+    check_name(&name)?;
+    let released = locks.force_unlock(&name).await?;
+    Ok(Json(ForceUnlock { released }))
+}
+
+/// The five routes of one lock kind, each a thin handler over the shared
+/// ones above with its OpenAPI operation. Arguments: the `AppState` field
+/// of the kind, the tag, the four paths, and what a 409 means for it.
+macro_rules! lock_routes {
+    (
+        field: $field:ident,
+        tag: $tag:tt,
+        acquire: $acquire:tt,
+        heartbeat: $heartbeat:tt,
+        holder: $holder:tt,
+        object: $object:tt,
+        conflict: $conflict:tt,
+        stream_example: $stream:tt $(,)?
+    ) => {
+        use axum::Json;
+        use axum::extract::State;
+        use axum::http::HeaderMap;
+        use axum::response::Response;
+
+        use $crate::error::{ApiError, Problem};
+        use $crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+        use $crate::http::lock_family::{
+            self as family, AcquireRequest, ForceUnlock, Grant, HeartbeatRequest, HolderPath,
+            LockStatus, NamePath, Release, ReleaseQuery,
+        };
+        use $crate::state::AppState;
+
+        /// Acquire (or re-enter as its holder).
+        ///
+        /// Long-polls up to `wait_ms`. With `Accept: text/event-stream` the
+        /// answer is a stream: `waiting` events, then one `acquired`,
+        /// `timeout` or `error`.
+        #[utoipa::path(
+            post,
+            path = $acquire,
+            tag = $tag,
+            params(NamePath),
+            request_body(content = Option<AcquireRequest>, content_type = "application/json"),
+            responses(
+                (status = 201, description = "Acquired (or re-entered). `Location` is the hold's URL. \
+                    The `text/event-stream` variant is what a request with `Accept: text/event-stream` \
+                    gets, with HTTP status 200: `event: waiting` (data: `retry_after_ms`, and \
+                    `position` where waiters queue fairly; at least every 15 s and on every change), \
+                    then exactly one of `event: acquired` (data: the Grant), `event: timeout` \
+                    (data: the 409 problem) or `event: error` (data: a problem).",
+                    content(
+                        (Grant = "application/json"),
+                        (String = "text/event-stream", example = $stream),
+                    ),
+                    headers(("Location" = String, description = "…/{name}/holders/{holder}"))),
+                (status = 400, description = "Invalid name, body or out-of-range value", body = Problem, content_type = "application/problem+json"),
+                (status = 409, description = $conflict, body = Problem, content_type = "application/problem+json"),
+                (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+                (status = 429, description = "Too many waiters on this instance", body = Problem, content_type = "application/problem+json"),
+                (status = 503, description = "Redis unavailable, or shutting down", body = Problem, content_type = "application/problem+json"),
+            )
+        )]
+        pub async fn acquire(
+            State(state): State<AppState>,
+            ApiPath(path): ApiPath<NamePath>,
+            headers: HeaderMap,
+            ApiJson(body): ApiJson<AcquireRequest>,
+        ) -> Result<Response, ApiError> {
+            family::acquire(&state, &state.$field, path.name, &headers, body).await
+        }
+
+        /// Renew a hold's lease.
+        #[utoipa::path(
+            post,
+            path = $heartbeat,
+            tag = $tag,
+            params(HolderPath),
+            request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
+            responses(
+                (status = 200, description = "Renewed", body = Grant),
+                (status = 400, description = "Invalid name, holder or lease", body = Problem, content_type = "application/problem+json"),
+                (status = 404, description = "Not held by this holder (released or expired)", body = Problem, content_type = "application/problem+json"),
+                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+            )
+        )]
+        pub async fn heartbeat(
+            State(state): State<AppState>,
+            ApiPath(path): ApiPath<HolderPath>,
+            ApiJson(body): ApiJson<HeartbeatRequest>,
+        ) -> Result<Json<Grant>, ApiError> {
+            family::heartbeat(&state, &state.$field, path, body).await
+        }
+
+        /// Release one hold (or all holds with `?all=true`).
+        #[utoipa::path(
+            delete,
+            path = $holder,
+            tag = $tag,
+            params(HolderPath, ReleaseQuery),
+            responses(
+                (status = 200, description = "Released", body = Release),
+                (status = 400, description = "Invalid name or holder", body = Problem, content_type = "application/problem+json"),
+                (status = 404, description = "Not held by this holder", body = Problem, content_type = "application/problem+json"),
+                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+            )
+        )]
+        pub async fn release(
+            State(state): State<AppState>,
+            ApiPath(path): ApiPath<HolderPath>,
+            ApiQuery(query): ApiQuery<ReleaseQuery>,
+        ) -> Result<Json<Release>, ApiError> {
+            family::release(&state.$field, path, query).await
+        }
+
+        /// Read the state. Never reveals the holder id.
+        #[utoipa::path(
+            get,
+            path = $object,
+            tag = $tag,
+            params(NamePath),
+            responses(
+                (status = 200, description = "The state", body = LockStatus),
+                (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
+                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+            )
+        )]
+        pub async fn state(
+            State(state): State<AppState>,
+            ApiPath(path): ApiPath<NamePath>,
+        ) -> Result<Json<LockStatus>, ApiError> {
+            family::state(&state, &state.$field, path.name).await
+        }
+
+        /// Force unlock: remove the hold whoever holds it, and wake waiters.
+        #[utoipa::path(
+            delete,
+            path = $object,
+            tag = $tag,
+            params(NamePath),
+            responses(
+                (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlock),
+                (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
+                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+            )
+        )]
+        pub async fn force_unlock(
+            State(state): State<AppState>,
+            ApiPath(path): ApiPath<NamePath>,
+        ) -> Result<Json<ForceUnlock>, ApiError> {
+            family::force_unlock(&state.$field, path.name).await
+        }
+    };
+}
+pub(crate) use lock_routes;

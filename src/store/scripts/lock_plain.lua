@@ -1,0 +1,29 @@
+-- lock_plain: the hooks of a plain (unfair) lock, run before the body of
+-- every lock-family script (lock_acquire, lock_release, lock_undo, ...).
+--
+-- The family's common arguments, the same in every script:
+-- ARGV[1]  wake channel {prefix}{name}:lock:wake
+-- ARGV[2]  holder id ('' where the script has none)
+-- ARGV[3]  queue grace in ms (fair locks only; '' here)
+-- ARGV[4]  time the request may still wait, in ms (fair locks only; '' here)
+--
+-- A plain lock keeps no queue: whoever tries first when it is free takes it.
+
+-- May the holder take the free lock now? nil: yes; otherwise the reply.
+local function admit(holder)
+  return nil
+end
+
+-- The holder was granted a new hold.
+local function on_grant(holder)
+end
+
+-- The reply when another holder has the lock, whose lease ends in pttl ms.
+local function on_blocked(holder, pttl)
+  return {0, pttl}
+end
+
+-- The lock became free: wake the waiters (each instance re-checks once).
+local function on_free()
+  redis.call('PUBLISH', ARGV[1], 'free')
+end
