@@ -496,7 +496,14 @@ impl Waiter {
         let mut wake = self.group.subscription.receiver();
         let mut current = (first, Instant::now());
         let mut failing: Option<StoreError> = None;
-        let mut recheck = recheck_after(&place);
+        // A wake message sent between our first try and the subscription
+        // above is lost to us; only the first two in line could have been
+        // let go in that window, so they look once more at once.
+        let mut recheck = if first.position.is_some_and(|p| p <= 1) {
+            Instant::now()
+        } else {
+            recheck_after(&place)
+        };
         let mut backoff = Backoff::default();
         let now = Instant::now();
         let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
