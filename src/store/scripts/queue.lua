@@ -1,0 +1,108 @@
+-- queue: a queue of waiters kept in Redis, shared by fair locks and
+-- read-write locks (joined before their hooks or library).
+--
+-- KEYS[4]  queue      zset  member → ticket (arrival order; a ticket is
+--                           kept across polls while the entry lives)
+-- KEYS[5]  deadlines  zset  member → ms on Redis's clock after which the
+--                           entry is dropped: the end of its request's wait
+--                           plus the grace, so a waiter that polls again in
+--                           time keeps its place and a crashed one is dropped
+-- KEYS[6]  tickets    counter of tickets handed out
+-- All three expire with the last deadline.
+-- ARGV[1]  wake channel
+-- ARGV[3]  queue grace in ms: how long an entry outlives its last poll
+-- ARGV[4]  time the request may still wait, in ms ('' where none)
+--
+-- Wake messages on ARGV[1]: '<limit>|<due>|<t1>,<t2>,...' where t1.. are
+-- the first tickets of the queue in order (positions), <limit> the highest
+-- ticket that may try now (0: none) and <due> the ms until the first of
+-- those loses its place (its grace runs out), after which the next in line
+-- may go (0 when no one may go).
+--
+-- Every time here comes from Redis's clock (TIME), never a client's.
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local SHOWN = 100
+
+-- Drops the entries whose deadline has passed; returns them.
+local function prune()
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
+  for i = 1, #gone, 1000 do
+    redis.call('ZREM', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  end
+  return gone
+end
+
+-- The queue's keys live exactly as long as its last entry.
+local function expire_queue()
+  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+  if last[2] then
+    local ttl = tonumber(last[2]) - now + 1
+    redis.call('PEXPIRE', KEYS[4], ttl)
+    redis.call('PEXPIRE', KEYS[5], ttl)
+    redis.call('PEXPIRE', KEYS[6], ttl)
+  else
+    redis.call('DEL', KEYS[4], KEYS[5], KEYS[6])
+  end
+end
+
+-- The first SHOWN entries in order: members and tickets.
+local function first_entries()
+  local first = redis.call('ZRANGE', KEYS[4], 0, SHOWN - 1, 'WITHSCORES')
+  local members, tickets = {}, {}
+  for i = 1, #first, 2 do
+    members[#members + 1] = first[i]
+    tickets[#tickets + 1] = first[i + 1]
+  end
+  return members, tickets
+end
+
+-- Publishes the queue's order (nothing when it is empty) and lets the
+-- entries up to ticket `limit` (a number; 0 for none) try now.
+local function announce(members, tickets, limit)
+  if not tickets[1] then
+    return
+  end
+  local due = 0
+  if limit > 0 then
+    due = tonumber(redis.call('ZSCORE', KEYS[5], members[1])) - now
+  end
+  redis.call('PUBLISH', ARGV[1], limit .. '|' .. due .. '|' .. table.concat(tickets, ','))
+end
+
+-- Keeps (or makes, at the tail) a member's entry; its deadline becomes
+-- the end of this request's wait plus the grace. Returns its ticket.
+local function enter(member)
+  local ticket = redis.call('ZSCORE', KEYS[4], member)
+  if not ticket then
+    ticket = redis.call('INCR', KEYS[6])
+    redis.call('ZADD', KEYS[4], ticket, member)
+  end
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[4]) + tonumber(ARGV[3]), member)
+  expire_queue()
+  return tonumber(ticket)
+end
+
+-- Removes a member's entry (it was granted); true if it had one.
+local function leave_queue(member)
+  if redis.call('ZREM', KEYS[4], member) == 1 then
+    redis.call('ZREM', KEYS[5], member)
+    expire_queue()
+    return true
+  end
+  return false
+end
+
+-- A waiter's reply hint: `pttl` capped at half the grace, so that a client
+-- following it polls again in time to keep its place.
+local function hint(pttl)
+  local cap = math.floor(tonumber(ARGV[3]) / 2)
+  if pttl < 0 or pttl > cap then
+    return cap
+  end
+  return pttl
+end
+
