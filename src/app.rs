@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::coord::locks::{LockKind, Locks};
+use crate::coord::rwlocks::RwLocks;
 use crate::http;
 use crate::metrics::Metrics;
 use crate::state::AppState;
@@ -48,13 +49,12 @@ impl Application {
             config.redis_connect_timeout(),
         );
         let engine = WaitEngine::new(hub, config.max_waiters, shutdown.clone(), metrics.clone());
-        let fair = LockKind::Fair {
-            grace_ms: config.queue_grace_ms,
-        };
+        let grace_ms = config.queue_grace_ms;
         let state = AppState {
             config: Arc::new(config),
             locks: Locks::new(store.clone(), LockKind::Plain),
-            fair_locks: Locks::new(store.clone(), fair),
+            fair_locks: Locks::new(store.clone(), LockKind::Fair { grace_ms }),
+            rwlocks: RwLocks::new(store.clone(), grace_ms),
             store,
             engine,
             metrics,

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::coord::Refusal;
 use crate::store::StoreError;
 use crate::wait::WaitError;
 
@@ -352,6 +353,11 @@ impl From<WaitError> for ApiError {
             WaitError::ShuttingDown => ApiError::shutting_down(),
             WaitError::TooManyWaiters { limit } => ApiError::too_many_waiters(limit),
             WaitError::Backend(e) => e.into(),
+            WaitError::Refused(Refusal::UpgradeWouldDeadlock) => ApiError::new(
+                StatusCode::CONFLICT,
+                ProblemType::UpgradeWouldDeadlock,
+                "this holder reads the rwlock together with other readers; a write would wait                  for itself. Release the read hold first, then acquire the write lock",
+            ),
         }
     }
 }

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::coord::locks::Locks;
+use crate::coord::rwlocks::RwLocks;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::wait::WaitEngine;
@@ -28,6 +29,8 @@ pub struct AppState {
     pub locks: Locks,
     /// Fair locks (`/fair-locks`).
     pub fair_locks: Locks,
+    /// Read-write locks (`/rwlocks`).
+    pub rwlocks: RwLocks,
     /// The service's Prometheus registry.
     pub metrics: Metrics,
     /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.

@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::{Attempt, Blocked, Place};
+use crate::coord::{Attempt, Blocked, Place, Refusal};
 use crate::counted::CountedMap;
 use crate::metrics::Metrics;
 use crate::store::StoreError;
@@ -121,6 +121,8 @@ pub enum WaitError {
     /// Redis failed, and was still failing at the deadline (or the error
     /// is not one that retrying can fix).
     Backend(StoreError),
+    /// A try found that waiting could never succeed.
+    Refused(Refusal),
 }
 
 impl From<StoreError> for WaitError {
@@ -438,6 +440,7 @@ impl Waiter {
             };
             let recheck = match result {
                 Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
+                Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
                 Ok(Attempt::Blocked(now_blocked)) => {
                     backoff = Backoff::default();
                     observe(latest, now_blocked);
@@ -562,6 +565,7 @@ impl Waiter {
             };
             match result {
                 Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
+                Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
                 Ok(Attempt::Blocked(now_blocked)) => {
                     backoff = Backoff::default();
                     failing = None;

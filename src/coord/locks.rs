@@ -16,7 +16,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Blocked, Place};
+use super::{Attempt, AttemptId, Blocked, Layout, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A successful acquisition or renewal.
@@ -75,13 +75,25 @@ struct KindScripts {
 
 #[derive(Clone, Debug)]
 pub struct Locks {
-    store: Store,
+    layout: Layout,
     kind: LockKind,
 }
 
 impl Locks {
     pub fn new(store: Store, kind: LockKind) -> Self {
-        Locks { store, kind }
+        let layout = match kind {
+            LockKind::Plain => Layout {
+                store,
+                base: "lock",
+                queue_grace_ms: None,
+            },
+            LockKind::Fair { grace_ms } => Layout {
+                store,
+                base: "fair",
+                queue_grace_ms: Some(grace_ms),
+            },
+        };
+        Locks { layout, kind }
     }
 
     pub fn kind(&self) -> LockKind {
@@ -105,60 +117,9 @@ impl Locks {
         }
     }
 
-    fn key(&self, name: &str, part: &str) -> String {
-        let base = match self.kind {
-            LockKind::Plain => "lock",
-            LockKind::Fair { .. } => "fair",
-        };
-        if part.is_empty() {
-            self.store.key(name, base)
-        } else {
-            self.store.key(name, &format!("{base}:{part}"))
-        }
-    }
-
     /// The pub/sub channel of the lock's wake messages.
     pub fn wake_channel(&self, name: &str) -> String {
-        self.key(name, "wake")
-    }
-
-    /// The keys every script of the family gets: hash, fence, the
-    /// attempt's marker (the hash again when there is none) and, for fair
-    /// locks, the queue's three keys.
-    fn keys(&self, name: &str, attempt: Option<&AttemptId>) -> Vec<String> {
-        let hash = self.key(name, "");
-        let marker = match attempt {
-            Some(a) => self.key(name, &format!("undone:{}", a.as_str())),
-            None => hash.clone(),
-        };
-        let mut keys = vec![hash, self.key(name, "fence"), marker];
-        if let LockKind::Fair { .. } = self.kind {
-            keys.extend(["queue", "deadlines", "tickets"].map(|p| self.key(name, p)));
-        }
-        keys
-    }
-
-    /// The family's common arguments (see `scripts/lock_plain.lua`), then
-    /// the script's own.
-    fn args(
-        &self,
-        name: &str,
-        holder: &str,
-        wait_left_ms: Option<u64>,
-        own: &[&str],
-    ) -> Vec<String> {
-        let grace = match self.kind {
-            LockKind::Plain => String::new(),
-            LockKind::Fair { grace_ms } => grace_ms.to_string(),
-        };
-        let mut args = vec![
-            self.wake_channel(name),
-            holder.to_string(),
-            grace,
-            wait_left_ms.map(|w| w.to_string()).unwrap_or_default(),
-        ];
-        args.extend(own.iter().map(|a| a.to_string()));
-        args
+        self.layout.wake_channel(name)
     }
 
     /// One try: take the lock, re-enter it, or report what blocks. The
@@ -173,15 +134,16 @@ impl Locks {
         wait_left_ms: u64,
         attempt: &AttemptId,
     ) -> Result<Attempt<LockGrant>, StoreError> {
-        let keys = self.keys(name, Some(attempt));
+        let keys = self.layout.keys(name, Some(attempt), &[]);
         let lease = lease_ms.to_string();
-        let args = self.args(
+        let args = self.layout.args(
             name,
             holder,
             Some(wait_left_ms),
             &[&lease, attempt.as_str()],
         );
         let reply: Vec<Value> = self
+            .layout
             .store
             .write_repeatable(self.scripts().acquire, &keys, &args)
             .await?;
@@ -194,17 +156,7 @@ impl Locks {
             [Value::Int(0), Value::Int(ttl)] => Ok(Attempt::Blocked(Blocked::after(
                 u64::try_from(*ttl).unwrap_or(NO_TTL_RECHECK_MS),
             ))),
-            [Value::Int(0), hint, position, ticket, recheck] => {
-                let recheck = reply_u64(recheck, "recheck")?;
-                Ok(Attempt::Blocked(Blocked {
-                    retry_after_ms: reply_u64(hint, "hint")?,
-                    position: Some(reply_u64(position, "position")?),
-                    place: Some(Place {
-                        ticket: reply_u64(ticket, "ticket")?,
-                        recheck_ms: (recheck > 0).then_some(recheck),
-                    }),
-                }))
-            }
+            [Value::Int(0), rest @ ..] if rest.len() == 4 => Ok(Attempt::Blocked(queued(rest)?)),
             // Only possible for an attempt its caller already gave up on.
             [Value::Int(-1)] => Err(StoreError::timeout()),
             other => Err(StoreError::Unexpected(format!(
@@ -222,9 +174,12 @@ impl Locks {
         holder: &str,
         attempt: &AttemptId,
     ) -> Result<bool, StoreError> {
-        let keys = self.keys(name, Some(attempt));
-        let args = self.args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
+        let keys = self.layout.keys(name, Some(attempt), &[]);
+        let args = self
+            .layout
+            .args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
         let undone: i64 = self
+            .layout
             .store
             .write_repeatable(self.scripts().undo, &keys[..], &args)
             .await?;
@@ -238,11 +193,12 @@ impl Locks {
         if self.kind == LockKind::Plain {
             return Ok(());
         }
-        let keys = self.keys(name, None);
-        let args = self.args(name, holder, None, &[]);
+        let keys = self.layout.keys(name, None, &[]);
+        let args = self.layout.args(name, holder, None, &[]);
         let _: i64 = self
+            .layout
             .store
-            .write_repeatable(&scripts::FAIR_LEAVE, &keys, &args)
+            .write_repeatable(&scripts::QUEUE_LEAVE, &keys, &args)
             .await?;
         Ok(())
     }
@@ -257,10 +213,11 @@ impl Locks {
     ) -> Result<Option<LockGrant>, StoreError> {
         let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self
+            .layout
             .store
             .write_repeatable(
                 &scripts::LOCK_HEARTBEAT,
-                &[&self.key(name, "")],
+                &[&self.layout.key(name, "")],
                 &[holder, &lease],
             )
             .await?;
@@ -285,9 +242,12 @@ impl Locks {
         holder: &str,
         all: bool,
     ) -> Result<Option<Released>, StoreError> {
-        let keys = self.keys(name, None);
-        let args = self.args(name, holder, None, &[if all { "1" } else { "0" }]);
+        let keys = self.layout.keys(name, None, &[]);
+        let args = self
+            .layout
+            .args(name, holder, None, &[if all { "1" } else { "0" }]);
         let reply: Vec<Value> = self
+            .layout
             .store
             .write(self.scripts().release, &keys, &args)
             .await?;
@@ -305,9 +265,10 @@ impl Locks {
 
     /// Removes the lock whoever holds it; true when it was held.
     pub async fn force_unlock(&self, name: &str) -> Result<bool, StoreError> {
-        let keys = self.keys(name, None);
-        let args = self.args(name, "", None, &[]);
+        let keys = self.layout.keys(name, None, &[]);
+        let args = self.layout.args(name, "", None, &[]);
         let removed: i64 = self
+            .layout
             .store
             .write(self.scripts().force_unlock, &keys, &args)
             .await?;
@@ -316,10 +277,11 @@ impl Locks {
 
     pub async fn state(&self, name: &str) -> Result<LockState, StoreError> {
         let reply: Vec<Value> = self
+            .layout
             .store
             .run(
                 &scripts::LOCK_STATE,
-                &[self.key(name, ""), self.key(name, "fence")],
+                &[self.layout.key(name, ""), self.layout.key(name, "fence")],
                 &[] as &[&str],
             )
             .await?;

@@ -9,9 +9,14 @@
 //! [`Store`]: crate::store::Store
 
 pub mod locks;
+pub mod rwlocks;
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis::Value;
+
+use crate::store::{Store, StoreError, reply_u64};
 
 /// Names one grant attempt, unique across instances and restarts: a random
 /// per-process prefix and a counter. The acquire script records the id of
@@ -83,4 +88,107 @@ impl Blocked {
 pub enum Attempt<T> {
     Granted(T),
     Blocked(Blocked),
+    /// Waiting could never succeed: the request is refused at once.
+    Refused(Refusal),
+}
+
+/// Why a request is refused rather than made to wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A reader asked to write while other readers hold the rwlock: it
+    /// would wait for itself.
+    UpgradeWouldDeadlock,
+}
+
+/// How one object's keys are named and what its scripts get first: the
+/// layout every lock-like primitive shares (see `scripts/lock_plain.lua`,
+/// `scripts/queue.lua`, `scripts/rw.lua`).
+///
+/// Keys of an object `n` of a primitive whose base is `b`: `{prefix}{n}:b`
+/// (its state), `…:b:fence` (fencing counter, never expires), `…:b:wake`
+/// (pub/sub channel), `…:b:undone:<attempt id>` (marker: that attempt was
+/// given up), and where waiters queue in Redis `…:b:queue`, `…:b:deadlines`,
+/// `…:b:tickets`.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    pub store: Store,
+    /// `lock`, `fair`, `rw`.
+    pub base: &'static str,
+    /// Set where waiters queue in Redis: how long an entry outlives its
+    /// request's wait.
+    pub queue_grace_ms: Option<u64>,
+}
+
+impl Layout {
+    pub fn key(&self, name: &str, part: &str) -> String {
+        if part.is_empty() {
+            self.store.key(name, self.base)
+        } else {
+            self.store.key(name, &format!("{}:{part}", self.base))
+        }
+    }
+
+    /// The pub/sub channel of the object's wake messages.
+    pub fn wake_channel(&self, name: &str) -> String {
+        self.key(name, "wake")
+    }
+
+    /// The keys every script gets: state, fence, the attempt's marker (the
+    /// state key again when there is none), the queue's three keys where
+    /// there is a queue, then `extra` parts.
+    pub fn keys(&self, name: &str, attempt: Option<&AttemptId>, extra: &[&str]) -> Vec<String> {
+        let state = self.key(name, "");
+        let marker = match attempt {
+            Some(a) => self.key(name, &format!("undone:{}", a.as_str())),
+            None => state.clone(),
+        };
+        let mut keys = vec![state, self.key(name, "fence"), marker];
+        if self.queue_grace_ms.is_some() {
+            keys.extend(["queue", "deadlines", "tickets"].map(|p| self.key(name, p)));
+        }
+        keys.extend(extra.iter().map(|p| self.key(name, p)));
+        keys
+    }
+
+    /// The common arguments (wake channel, holder, queue grace, wait left),
+    /// then the script's own.
+    pub fn args(
+        &self,
+        name: &str,
+        holder: &str,
+        wait_left_ms: Option<u64>,
+        own: &[&str],
+    ) -> Vec<String> {
+        let mut args = vec![
+            self.wake_channel(name),
+            holder.to_string(),
+            self.queue_grace_ms
+                .map(|g| g.to_string())
+                .unwrap_or_default(),
+            wait_left_ms.map(|w| w.to_string()).unwrap_or_default(),
+        ];
+        args.extend(own.iter().map(|a| a.to_string()));
+        args
+    }
+}
+
+/// Reads a queued waiter's reply `[hint, position, ticket, recheck_ms]`
+/// (after the leading 0), as `scripts/queue.lua` builds it.
+pub(crate) fn queued(reply: &[Value]) -> Result<Blocked, StoreError> {
+    match reply {
+        [hint, position, ticket, recheck] => {
+            let recheck = reply_u64(recheck, "recheck")?;
+            Ok(Blocked {
+                retry_after_ms: reply_u64(hint, "hint")?,
+                position: Some(reply_u64(position, "position")?),
+                place: Some(Place {
+                    ticket: reply_u64(ticket, "ticket")?,
+                    recheck_ms: (recheck > 0).then_some(recheck),
+                }),
+            })
+        }
+        other => Err(StoreError::Unexpected(format!(
+            "a waiting reply of {other:?}"
+        ))),
+    }
 }

@@ -104,16 +104,88 @@ pub struct Grant {
 
 impl Grant {
     pub fn new(name: &str, holder: &str, g: &LockGrant) -> Self {
+        Grant::of(name, holder, g.fencing_token, g.hold_count, g.lease_ms)
+    }
+
+    /// A grant just made or renewed (so it expires in a full lease).
+    pub fn of(
+        name: &str,
+        holder: &str,
+        fencing_token: u64,
+        hold_count: u64,
+        lease_ms: u64,
+    ) -> Self {
         Grant {
             name: name.to_string(),
             holder: holder.to_string(),
-            fencing_token: g.fencing_token,
-            hold_count: g.hold_count,
-            lease_ms: g.lease_ms,
-            expires_in_ms: g.lease_ms,
-            heartbeat_interval_ms: g.lease_ms / 3,
+            fencing_token,
+            hold_count,
+            lease_ms,
+            expires_in_ms: lease_ms,
+            heartbeat_interval_ms: lease_ms / 3,
         }
     }
+}
+
+/// An acquire request, checked: the object, who acquires (generated when
+/// omitted), the lease and how long it may wait.
+pub struct Checked {
+    pub arrived: Instant,
+    pub name: String,
+    pub holder: String,
+    pub lease_ms: u64,
+    pub wait_ms: u64,
+}
+
+impl Checked {
+    /// `arrived` is taken first, so the wait counts from the request's arrival.
+    pub fn new(state: &AppState, name: String, body: AcquireRequest) -> Result<Self, ApiError> {
+        let arrived = Instant::now();
+        check_name(&name)?;
+        let holder = match body.holder {
+            Some(holder) => {
+                check_holder(&holder)?;
+                holder
+            }
+            None => new_holder(),
+        };
+        Ok(Checked {
+            arrived,
+            name,
+            holder,
+            lease_ms: lease_from(state, body.lease_ms)?,
+            wait_ms: wait_from(state, body.wait_ms)?,
+        })
+    }
+
+    /// When the request stops waiting.
+    pub fn deadline(&self) -> Instant {
+        self.arrived + std::time::Duration::from_millis(self.wait_ms)
+    }
+
+    /// The milliseconds left until [`Self::deadline`] (a queued waiter's
+    /// entry lasts that long plus the grace).
+    pub fn wait_left_ms(deadline: Instant) -> u64 {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64
+    }
+}
+
+/// A 201 with the grant and `Location:` the hold's URL.
+pub fn created(location: &str, grant: Value) -> Response {
+    let mut response = (StatusCode::CREATED, Json(grant)).into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
+
+/// The heartbeat's lease, when the body names one.
+pub fn heartbeat_lease(state: &AppState, body: &HeartbeatRequest) -> Result<Option<u64>, ApiError> {
+    body.lease_ms
+        .map(|m| lease_from(state, Some(m)))
+        .transpose()
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -204,13 +276,12 @@ impl Acquisition for LockAcquisition {
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<LockGrant>, StoreError> {
-        let wait_left = self.deadline.saturating_duration_since(Instant::now());
         self.locks
             .try_acquire(
                 &self.name,
                 &self.holder,
                 self.lease_ms,
-                wait_left.as_millis() as u64,
+                Checked::wait_left_ms(self.deadline),
                 attempt,
             )
             .await
@@ -241,11 +312,7 @@ impl Acquisition for LockAcquisition {
             self.name,
             self.holder
         );
-        let mut response = (StatusCode::CREATED, Json(self.grant(&grant))).into_response();
-        if let Ok(value) = HeaderValue::from_str(&location) {
-            response.headers_mut().insert(header::LOCATION, value);
-        }
-        response
+        created(&location, self.grant_json(&grant))
     }
 }
 
@@ -257,36 +324,25 @@ pub async fn acquire(
     headers: &HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
-    let arrived = Instant::now();
-    check_name(&name)?;
-    let holder = match body.holder {
-        Some(holder) => {
-            check_holder(&holder)?;
-            holder
-        }
-        None => new_holder(),
-    };
-    let lease_ms = lease_from(state, body.lease_ms)?;
-    let wait_ms = wait_from(state, body.wait_ms)?;
+    let checked = Checked::new(state, name, body)?;
     let acquisition = LockAcquisition {
         locks: locks.clone(),
-        name,
-        holder,
-        lease_ms,
-        deadline: arrived + std::time::Duration::from_millis(wait_ms),
+        deadline: checked.deadline(),
+        name: checked.name,
+        holder: checked.holder,
+        lease_ms: checked.lease_ms,
     };
     longpoll::respond(
-        &state.engine,
-        &state.metrics,
+        state,
         wants_sse(headers),
-        arrived,
-        wait_ms,
+        checked.arrived,
+        checked.wait_ms,
         acquisition,
     )
     .await
 }
 
-fn not_held() -> ApiError {
+pub fn not_held() -> ApiError {
     ApiError::not_held("this holder does not hold the lock (released, expired, or never acquired)")
 }
 
@@ -299,10 +355,7 @@ pub async fn heartbeat(
 ) -> Result<Json<Grant>, ApiError> {
     check_name(&path.name)?;
     check_holder_in_path(&path.holder)?;
-    let lease = match body.lease_ms {
-        None => None,
-        Some(m) => Some(lease_from(state, Some(m))?),
-    };
+    let lease = heartbeat_lease(state, &body)?;
     match locks.heartbeat(&path.name, &path.holder, lease).await? {
         Some(grant) => Ok(Json(Grant::new(&path.name, &path.holder, &grant))),
         None => Err(not_held()),
@@ -375,6 +428,7 @@ macro_rules! lock_routes {
 
         use $crate::error::{ApiError, Problem};
         use $crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+        use $crate::http::responses::{AcquireErrors, HoldErrors, NameErrors};
         use $crate::http::lock_family::{
             self as family, AcquireRequest, ForceUnlock, Grant, HeartbeatRequest, HolderPath,
             LockStatus, NamePath, Release, ReleaseQuery,
@@ -404,11 +458,8 @@ macro_rules! lock_routes {
                         (String = "text/event-stream", example = $stream),
                     ),
                     headers(("Location" = String, description = "…/{name}/holders/{holder}"))),
-                (status = 400, description = "Invalid name, body or out-of-range value", body = Problem, content_type = "application/problem+json"),
                 (status = 409, description = $conflict, body = Problem, content_type = "application/problem+json"),
-                (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
-                (status = 429, description = "Too many waiters on this instance", body = Problem, content_type = "application/problem+json"),
-                (status = 503, description = "Redis unavailable, or shutting down", body = Problem, content_type = "application/problem+json"),
+                AcquireErrors,
             )
         )]
         pub async fn acquire(
@@ -429,9 +480,7 @@ macro_rules! lock_routes {
             request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
             responses(
                 (status = 200, description = "Renewed", body = Grant),
-                (status = 400, description = "Invalid name, holder or lease", body = Problem, content_type = "application/problem+json"),
-                (status = 404, description = "Not held by this holder (released or expired)", body = Problem, content_type = "application/problem+json"),
-                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+                HoldErrors,
             )
         )]
         pub async fn heartbeat(
@@ -450,9 +499,7 @@ macro_rules! lock_routes {
             params(HolderPath, ReleaseQuery),
             responses(
                 (status = 200, description = "Released", body = Release),
-                (status = 400, description = "Invalid name or holder", body = Problem, content_type = "application/problem+json"),
-                (status = 404, description = "Not held by this holder", body = Problem, content_type = "application/problem+json"),
-                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+                HoldErrors,
             )
         )]
         pub async fn release(
@@ -471,8 +518,7 @@ macro_rules! lock_routes {
             params(NamePath),
             responses(
                 (status = 200, description = "The state", body = LockStatus),
-                (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
-                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+                NameErrors,
             )
         )]
         pub async fn state(
@@ -490,8 +536,7 @@ macro_rules! lock_routes {
             params(NamePath),
             responses(
                 (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlock),
-                (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
-                (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+                NameErrors,
             )
         )]
         pub async fn force_unlock(

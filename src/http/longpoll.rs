@@ -31,8 +31,9 @@ use tokio::time::Instant;
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::state::AppState;
 use crate::store::StoreError;
-use crate::wait::{Outcome, WaitEngine, WaitMode};
+use crate::wait::{Outcome, WaitError, WaitMode};
 
 /// How long the background give-back of one attempt keeps retrying.
 const GIVE_BACK_FOR: Duration = Duration::from_secs(30);
@@ -95,13 +96,13 @@ type Made<G> = (AttemptId, G);
 /// Handles an acquire that arrived at `arrived`: try, then long-poll or
 /// stream until `wait_ms` after arrival.
 pub async fn respond<A: Acquisition>(
-    engine: &WaitEngine,
-    metrics: &Metrics,
+    state: &AppState,
     sse: bool,
     arrived: Instant,
     wait_ms: u64,
     acquisition: A,
 ) -> Result<Response, ApiError> {
+    let (engine, metrics) = (&state.engine, &state.metrics);
     let primitive = acquisition.primitive();
     let deadline = arrived + Duration::from_millis(wait_ms);
     let first = engine
@@ -117,6 +118,10 @@ pub async fn respond<A: Acquisition>(
             return Ok(acquisition.granted(grant));
         }
         Ok(Attempt::Blocked(blocked)) => blocked,
+        Ok(Attempt::Refused(refusal)) => {
+            metrics.acquisition(primitive, "refused");
+            return Err(WaitError::Refused(refusal).into());
+        }
         Err(e) => {
             metrics.acquisition(primitive, "error");
             return Err(e.into());
@@ -244,6 +249,7 @@ async fn guarded_try<A: Acquisition>(
     result.map(|tried| match tried {
         Attempt::Granted(grant) => Attempt::Granted((attempt, grant)),
         Attempt::Blocked(blocked) => Attempt::Blocked(blocked),
+        Attempt::Refused(refusal) => Attempt::Refused(refusal),
     })
 }
 

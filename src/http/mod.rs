@@ -10,7 +10,9 @@ pub mod locks;
 pub mod longpoll;
 pub mod middleware;
 mod openapi;
+pub(crate) mod responses;
 mod router;
+pub mod rwlocks;
 
 pub use openapi::openapi;
 pub use router::router;

@@ -20,6 +20,10 @@ use crate::error::Problem;
         (name = "fair-locks", description = "Reentrant locks granted in order of arrival (Redisson \
             RFairLock). A waiter keeps its place by polling again with the same `holder` within \
             the queue grace (`queue_grace_ms`, default 5000) after its previous poll ended."),
+        (name = "rwlocks", description = "Read-write locks (Redisson RReadWriteLock): shared \
+            readers, each with its own lease; one writer; downgrade and sole-reader upgrade. \
+            Waiters are served in arrival order across both modes, so a waiting writer is not \
+            starved by new readers, and readers queued before it go first."),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(Problem)),

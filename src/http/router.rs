@@ -15,7 +15,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish};
-use super::{fair_locks, health, locks};
+use super::{fair_locks, health, locks, rwlocks};
 use crate::config::CorsOrigins;
 use crate::state::AppState;
 
@@ -34,6 +34,11 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fair_locks::heartbeat))
         .routes(routes!(fair_locks::release))
         .routes(routes!(fair_locks::state, fair_locks::force_unlock))
+        .routes(routes!(rwlocks::acquire_read))
+        .routes(routes!(rwlocks::acquire_write))
+        .routes(routes!(rwlocks::heartbeat))
+        .routes(routes!(rwlocks::release))
+        .routes(routes!(rwlocks::state, rwlocks::force_unlock))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

@@ -51,7 +51,8 @@ macro_rules! scripts {
 
 // A script is its files joined in order: the lock family's bodies run
 // after the hooks of a lock kind (`lock_plain`, `lock_fair`), so plain and
-// fair locks share every body.
+// fair locks share every body; fair locks and read-write locks share the
+// queue of waiters (`queue`); every rwlock script starts from `rw`.
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock_acquire"],
     LOCK_UNDO => "lock_undo" = ["lock_plain", "lock_undo"],
@@ -63,5 +64,11 @@ scripts! {
     FAIR_UNDO => "fair_undo" = ["queue", "lock_fair", "lock_undo"],
     FAIR_RELEASE => "fair_release" = ["queue", "lock_fair", "lock_release"],
     FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["queue", "lock_fair", "lock_force_unlock"],
-    FAIR_LEAVE => "fair_leave" = ["queue", "lock_fair", "lock_leave"],
+    QUEUE_LEAVE => "queue_leave" = ["queue", "queue_leave"],
+    RW_ACQUIRE => "rw_acquire" = ["queue", "rw", "rw_acquire"],
+    RW_UNDO => "rw_undo" = ["queue", "rw", "rw_undo"],
+    RW_HEARTBEAT => "rw_heartbeat" = ["queue", "rw", "rw_heartbeat"],
+    RW_RELEASE => "rw_release" = ["queue", "rw", "rw_release"],
+    RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "rw", "rw_force_unlock"],
+    RW_STATE => "rw_state" = ["queue", "rw", "rw_state"],
 }

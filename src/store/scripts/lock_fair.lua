@@ -13,24 +13,6 @@
 --
 -- Only the head may take a free lock: a release lets its ticket go alone.
 
--- The reply to a holder that must wait: {0, retry_after_ms, position,
--- ticket, recheck_ms}. retry_after_ms is the hint for clients, capped at
--- half the grace so that one who follows it keeps its place; recheck_ms
--- is when this waiter should look again by itself (0: only when woken).
-local function waiting(holder, pttl, free)
-  local ticket = enter(holder)
-  local position = redis.call('ZRANK', KEYS[4], holder)
-  local retry = hint(pttl)
-  local recheck = 0
-  if position == 0 then
-    recheck = retry
-  elseif position == 1 and free then
-    local head = redis.call('ZRANGE', KEYS[4], 0, 0)
-    recheck = tonumber(redis.call('ZSCORE', KEYS[5], head[1])) - now + 1
-  end
-  return {0, retry, position, ticket, recheck}
-end
-
 -- Publishes the queue; with free, lets its head go.
 local function wake(free)
   local members, tickets = first_entries()

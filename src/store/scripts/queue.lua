@@ -106,3 +106,22 @@ local function hint(pttl)
   return pttl
 end
 
+-- The reply to a member that must wait, blocked by holds that end in
+-- pttl ms (0: only by the queue; free says nothing is held): {0,
+-- retry_after_ms, position, ticket, recheck_ms}. retry_after_ms is the hint
+-- for clients (see hint); recheck_ms is when this waiter should look again
+-- by itself (0: only when woken): the head when the blocker's lease ends,
+-- the second in line when a free lock's head would lose its place.
+local function waiting(member, pttl, free)
+  local ticket = enter(member)
+  local position = redis.call('ZRANK', KEYS[4], member)
+  local retry = hint(pttl)
+  local recheck = 0
+  if position == 0 then
+    recheck = retry
+  elseif position == 1 and free then
+    local head = redis.call('ZRANGE', KEYS[4], 0, 0)
+    recheck = tonumber(redis.call('ZSCORE', KEYS[5], head[1])) - now + 1
+  end
+  return {0, retry, position, ticket, recheck}
+end

@@ -1,9 +1,9 @@
--- lock_leave: a waiter's request ended without a grant (its client went
+-- queue_leave: a waiter's request ended without a grant (its client went
 -- away): its queue entry now lapses one grace from now, so the client
--- keeps its place if it polls again in time. Plain locks keep no queue.
--- Runs after a kind's hooks (lock_fair); ARGV[1..4] are theirs.
+-- keeps its place if it polls again in time. Runs after queue.lua (fair
+-- locks and read-write locks; plain locks keep no queue).
 --
--- ARGV[2]  holder id
+-- ARGV[2]  the queue member: the holder id (rwlocks: '<r|w>|<holder>')
 --
 -- Returns  1 when the holder had an entry, 0 otherwise.
 if redis.call('ZSCORE', KEYS[4], ARGV[2]) then

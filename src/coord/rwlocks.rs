@@ -1,0 +1,271 @@
+//! Read-write locks (Redisson RReadWriteLock, improved) as a plain Rust API
+//! over the store: shared reentrant readers each with its own lease, one
+//! reentrant writer, downgrade and sole-reader upgrade, and waiters queued
+//! in arrival order across both modes (the policy is in
+//! `scripts/rw_acquire.lua` and the README's "Read-write locks").
+//!
+//! Redis layout of an rwlock named `n` (see `scripts/rw.lua`):
+//! `{prefix}{n}:rw` (holds), `:rw:readers` (reader → lease deadline),
+//! `:rw:fence`, `:rw:wake`, `:rw:undone:<attempt id>`, and the waiters'
+//! queue `:rw:queue`, `:rw:deadlines`, `:rw:tickets`.
+
+use redis::Value;
+
+use super::{Attempt, AttemptId, Layout, Refusal, queued};
+use crate::store::{Store, StoreError, reply_u64, scripts};
+
+/// How long an undo's marker keeps a late copy of its attempt from
+/// granting (as for locks).
+const UNDO_MARKER_MS: &str = "60000";
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    Write,
+}
+
+impl Mode {
+    fn code(self) -> &'static str {
+        match self {
+            Mode::Read => "r",
+            Mode::Write => "w",
+        }
+    }
+
+    fn from_reply(value: &Value) -> Result<Mode, StoreError> {
+        match value {
+            Value::BulkString(b) if b == b"r" => Ok(Mode::Read),
+            Value::BulkString(b) if b == b"w" => Ok(Mode::Write),
+            other => Err(StoreError::Unexpected(format!("mode {other:?}"))),
+        }
+    }
+}
+
+/// A grant or renewal: the hold in `mode` and both hold counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwGrant {
+    pub mode: Mode,
+    pub fencing_token: u64,
+    /// Holds in `mode`.
+    pub hold_count: u64,
+    pub lease_ms: u64,
+    pub read_hold_count: u64,
+    pub write_hold_count: u64,
+}
+
+/// The answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RwReleased {
+    /// True when the rwlock became free.
+    pub released: bool,
+    /// Holds the holder keeps in `mode`.
+    pub hold_count: u64,
+    pub mode: Mode,
+}
+
+/// Public state (never a holder id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RwState {
+    pub mode: Option<Mode>,
+    /// Distinct reader holders.
+    pub readers: u64,
+    pub writer_hold_count: u64,
+    /// Remaining ms of the longest hold.
+    pub ttl_ms: u64,
+    pub fencing_token: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct RwLocks {
+    layout: Layout,
+}
+
+fn grant(reply: &[Value]) -> Result<RwGrant, StoreError> {
+    match reply {
+        [token, count, lease, mode, reads, writes] => Ok(RwGrant {
+            mode: Mode::from_reply(mode)?,
+            fencing_token: reply_u64(token, "token")?,
+            hold_count: reply_u64(count, "count")?,
+            lease_ms: reply_u64(lease, "lease")?,
+            read_hold_count: reply_u64(reads, "reads")?,
+            write_hold_count: reply_u64(writes, "writes")?,
+        }),
+        other => Err(StoreError::Unexpected(format!("rw grant {other:?}"))),
+    }
+}
+
+impl RwLocks {
+    pub fn new(store: Store, queue_grace_ms: u64) -> Self {
+        RwLocks {
+            layout: Layout {
+                store,
+                base: "rw",
+                queue_grace_ms: Some(queue_grace_ms),
+            },
+        }
+    }
+
+    /// The pub/sub channel of the rwlock's wake messages.
+    pub fn wake_channel(&self, name: &str) -> String {
+        self.layout.wake_channel(name)
+    }
+
+    fn keys(&self, name: &str, attempt: Option<&AttemptId>) -> Vec<String> {
+        self.layout.keys(name, attempt, &["readers"])
+    }
+
+    /// One try for a hold in `mode`; see [`crate::coord::locks::Locks::try_acquire`].
+    pub async fn try_acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        mode: Mode,
+        lease_ms: u64,
+        wait_left_ms: u64,
+        attempt: &AttemptId,
+    ) -> Result<Attempt<RwGrant>, StoreError> {
+        let lease = lease_ms.to_string();
+        let args = self.layout.args(
+            name,
+            holder,
+            Some(wait_left_ms),
+            &[mode.code(), &lease, attempt.as_str()],
+        );
+        let reply: Vec<Value> = self
+            .layout
+            .store
+            .write_repeatable(&scripts::RW_ACQUIRE, &self.keys(name, Some(attempt)), &args)
+            .await?;
+        match reply.as_slice() {
+            [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
+            [Value::Int(0), rest @ ..] => Ok(Attempt::Blocked(queued(rest)?)),
+            [Value::Int(-1)] => Err(StoreError::timeout()),
+            [Value::Int(-2)] => Ok(Attempt::Refused(Refusal::UpgradeWouldDeadlock)),
+            other => Err(StoreError::Unexpected(format!(
+                "rw_acquire returned {other:?}"
+            ))),
+        }
+    }
+
+    /// Gives back exactly what `attempt` granted, if anything.
+    pub async fn undo(
+        &self,
+        name: &str,
+        holder: &str,
+        attempt: &AttemptId,
+    ) -> Result<bool, StoreError> {
+        let args = self
+            .layout
+            .args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
+        let undone: i64 = self
+            .layout
+            .store
+            .write_repeatable(&scripts::RW_UNDO, &self.keys(name, Some(attempt)), &args)
+            .await?;
+        Ok(undone == 1)
+    }
+
+    /// A waiter for `mode` left before its deadline: its queue entry now
+    /// lapses one grace from now.
+    pub async fn leave(&self, name: &str, holder: &str, mode: Mode) -> Result<(), StoreError> {
+        let member = format!("{}|{holder}", mode.code());
+        let args = self.layout.args(name, &member, None, &[]);
+        let _: i64 = self
+            .layout
+            .store
+            .write_repeatable(&scripts::QUEUE_LEAVE, &self.keys(name, None), &args)
+            .await?;
+        Ok(())
+    }
+
+    /// Renews every hold of the holder. `Ok(None)` when it holds nothing.
+    pub async fn heartbeat(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<Option<RwGrant>, StoreError> {
+        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        let args = self.layout.args(name, holder, None, &[&lease]);
+        let reply: Vec<Value> = self
+            .layout
+            .store
+            .write_repeatable(&scripts::RW_HEARTBEAT, &self.keys(name, None), &args)
+            .await?;
+        match reply.as_slice() {
+            [Value::Int(1), rest @ ..] => Ok(Some(grant(rest)?)),
+            [Value::Int(0)] => Ok(None),
+            other => Err(StoreError::Unexpected(format!(
+                "rw_heartbeat returned {other:?}"
+            ))),
+        }
+    }
+
+    /// Drops one hold (every hold with `all`) in `mode`; `None` releases the
+    /// write hold if the holder has one, else a read hold. `Ok(None)` when
+    /// the holder has no hold of that mode.
+    pub async fn release(
+        &self,
+        name: &str,
+        holder: &str,
+        mode: Option<Mode>,
+        all: bool,
+    ) -> Result<Option<RwReleased>, StoreError> {
+        let mode = mode.map(Mode::code).unwrap_or("");
+        let args = self
+            .layout
+            .args(name, holder, None, &[mode, if all { "1" } else { "0" }]);
+        let reply: Vec<Value> = self
+            .layout
+            .store
+            .write(&scripts::RW_RELEASE, &self.keys(name, None), &args)
+            .await?;
+        match reply.as_slice() {
+            [Value::Int(-1)] => Ok(None),
+            [freed, count, mode] => Ok(Some(RwReleased {
+                released: reply_u64(freed, "released")? == 1,
+                hold_count: reply_u64(count, "count")?,
+                mode: Mode::from_reply(mode)?,
+            })),
+            other => Err(StoreError::Unexpected(format!(
+                "rw_release returned {other:?}"
+            ))),
+        }
+    }
+
+    /// Removes every hold; true when something was held.
+    pub async fn force_unlock(&self, name: &str) -> Result<bool, StoreError> {
+        let args = self.layout.args(name, "", None, &[]);
+        let removed: i64 = self
+            .layout
+            .store
+            .write(&scripts::RW_FORCE_UNLOCK, &self.keys(name, None), &args)
+            .await?;
+        Ok(removed == 1)
+    }
+
+    pub async fn state(&self, name: &str) -> Result<RwState, StoreError> {
+        let args = self.layout.args(name, "", None, &[]);
+        let reply: Vec<Value> = self
+            .layout
+            .store
+            .run(&scripts::RW_STATE, &self.keys(name, None), &args)
+            .await?;
+        match reply.as_slice() {
+            [mode, readers, writes, ttl, fence] => Ok(RwState {
+                mode: match mode {
+                    Value::BulkString(b) if b.is_empty() => None,
+                    m => Some(Mode::from_reply(m)?),
+                },
+                readers: reply_u64(readers, "readers")?,
+                writer_hold_count: reply_u64(writes, "writes")?,
+                ttl_ms: reply_u64(ttl, "ttl")?,
+                fencing_token: reply_u64(fence, "fence")?,
+            }),
+            other => Err(StoreError::Unexpected(format!(
+                "rw_state returned {other:?}"
+            ))),
+        }
+    }
+}

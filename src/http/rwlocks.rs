@@ -1,0 +1,405 @@
+//! `/rwlocks/{name}/...`: read-write locks (README: "Read-write locks").
+//! Acquire bodies, heartbeats and force unlock are the lock family's; the
+//! grant adds the mode and both hold counts.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
+use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::error::{ApiError, Problem};
+use crate::http::extract::{
+    ApiJson, ApiPath, ApiQuery, check_holder_in_path, check_name, wants_sse,
+};
+use crate::http::lock_family::{
+    AcquireRequest, Checked, ForceUnlock, Grant, HeartbeatRequest, HolderPath, NamePath, created,
+    heartbeat_lease, not_held,
+};
+use crate::http::longpoll::{self, Acquisition};
+use crate::http::responses::{AcquireErrors, HoldErrors, NameErrors};
+use crate::state::AppState;
+use crate::store::StoreError;
+use crate::wait::WaitMode;
+
+pub const TAG: &str = "rwlocks";
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RwMode {
+    Read,
+    Write,
+}
+
+impl From<Mode> for RwMode {
+    fn from(m: Mode) -> Self {
+        match m {
+            Mode::Read => RwMode::Read,
+            Mode::Write => RwMode::Write,
+        }
+    }
+}
+
+impl From<RwMode> for Mode {
+    fn from(m: RwMode) -> Self {
+        match m {
+            RwMode::Read => Mode::Read,
+            RwMode::Write => Mode::Write,
+        }
+    }
+}
+
+/// A grant or renewal of an rwlock hold: the lock family's grant for the
+/// hold in `mode`, and both hold counts.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "catalog", "holder": "reader-1", "fencing_token": 7, "hold_count": 1,
+    "lease_ms": 30000, "expires_in_ms": 30000, "heartbeat_interval_ms": 10000,
+    "mode": "read", "read_hold_count": 1, "write_hold_count": 0
+}))]
+pub struct RwGrantBody {
+    #[serde(flatten)]
+    pub grant: Grant,
+    /// The mode of the hold this grant is about (`write` when the holder
+    /// writes).
+    pub mode: RwMode,
+    /// Read holds this holder has.
+    pub read_hold_count: u64,
+    /// Write holds this holder has.
+    pub write_hold_count: u64,
+}
+
+impl RwGrantBody {
+    fn new(name: &str, holder: &str, g: &RwGrant) -> Self {
+        RwGrantBody {
+            grant: Grant::of(name, holder, g.fencing_token, g.hold_count, g.lease_ms),
+            mode: g.mode.into(),
+            read_hold_count: g.read_hold_count,
+            write_hold_count: g.write_hold_count,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RwReleaseQuery {
+    /// Which hold to release. Omitted: the write hold if the holder has
+    /// one, else a read hold.
+    pub mode: Option<RwMode>,
+    /// Release every hold of that mode at once.
+    pub all: Option<bool>,
+}
+
+/// The answer to a release.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released": true, "hold_count": 0, "mode": "write"}))]
+pub struct RwRelease {
+    /// True when the rwlock became free.
+    pub released: bool,
+    /// Holds of this mode the holder still has.
+    pub hold_count: u64,
+    /// The mode released.
+    pub mode: RwMode,
+}
+
+/// An rwlock's public state (never a holder id).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "catalog", "mode": "read", "readers": 3, "writer_hold_count": 0,
+    "ttl_ms": 24500, "fencing_token": 42, "waiters": 1
+}))]
+pub struct RwLockStatus {
+    pub name: String,
+    /// `read`, `write`, or null when free.
+    pub mode: Option<RwMode>,
+    /// Distinct reader holders.
+    pub readers: u64,
+    pub writer_hold_count: u64,
+    /// Remaining ms of the longest hold (0 when free).
+    pub ttl_ms: u64,
+    /// Last fencing token issued (0 if never locked).
+    pub fencing_token: u64,
+    /// Requests waiting on the instance that answers.
+    pub waiters: u64,
+}
+
+/// One blocking acquire of a read or write hold.
+#[derive(Clone)]
+struct RwAcquisition {
+    rwlocks: RwLocks,
+    name: String,
+    holder: String,
+    mode: Mode,
+    lease_ms: u64,
+    deadline: Instant,
+}
+
+impl Acquisition for RwAcquisition {
+    type Grant = RwGrant;
+
+    fn primitive(&self) -> &'static str {
+        "rwlock"
+    }
+
+    fn channel(&self) -> String {
+        self.rwlocks.wake_channel(&self.name)
+    }
+
+    fn mode(&self) -> WaitMode {
+        WaitMode::Queue
+    }
+
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RwGrant>, StoreError> {
+        self.rwlocks
+            .try_acquire(
+                &self.name,
+                &self.holder,
+                self.mode,
+                self.lease_ms,
+                Checked::wait_left_ms(self.deadline),
+                attempt,
+            )
+            .await
+    }
+
+    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
+        self.rwlocks.undo(&self.name, &self.holder, attempt).await
+    }
+
+    async fn leave(&self) -> Result<(), StoreError> {
+        self.rwlocks
+            .leave(&self.name, &self.holder, self.mode)
+            .await
+    }
+
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        ApiError::lock_held(blocked.retry_after_ms)
+    }
+
+    /// Read-write locks report the hint only: their queue orders readers
+    /// and writers, but a reader's place among readers means little.
+    fn waiting(&self, blocked: Blocked) -> Value {
+        json!({ "retry_after_ms": blocked.retry_after_ms })
+    }
+
+    fn grant_json(&self, grant: &RwGrant) -> Value {
+        json!(RwGrantBody::new(&self.name, &self.holder, grant))
+    }
+
+    fn granted(&self, grant: RwGrant) -> Response {
+        let location = format!("/rwlocks/{}/holders/{}", self.name, self.holder);
+        created(&location, self.grant_json(&grant))
+    }
+}
+
+async fn acquire(
+    state: AppState,
+    name: String,
+    mode: Mode,
+    headers: &HeaderMap,
+    body: AcquireRequest,
+) -> Result<Response, ApiError> {
+    let checked = Checked::new(&state, name, body)?;
+    let acquisition = RwAcquisition {
+        rwlocks: state.rwlocks.clone(),
+        deadline: checked.deadline(),
+        name: checked.name,
+        holder: checked.holder,
+        mode,
+        lease_ms: checked.lease_ms,
+    };
+    longpoll::respond(
+        &state,
+        wants_sse(headers),
+        checked.arrived,
+        checked.wait_ms,
+        acquisition,
+    )
+    .await
+}
+
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"catalog\",\"holder\":\"reader-1\",\"fencing_token\":8,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"mode\":\"read\",\"read_hold_count\":1,\"write_hold_count\":0}\n\n";
+
+/// Acquire a read hold (shared with other readers).
+///
+/// Granted while no writer holds the rwlock and no writer is queued ahead;
+/// re-entered by a reader, and taken by the writer itself (downgrade).
+/// Long-polls up to `wait_ms`; `Accept: text/event-stream` streams events.
+#[utoipa::path(
+    post,
+    path = "/rwlocks/{name}/read/acquire",
+    tag = TAG,
+    params(NamePath),
+    request_body(content = Option<AcquireRequest>, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Acquired (or re-entered). `Location` is the holder's URL. \
+            With `Accept: text/event-stream`: HTTP 200 and `waiting` events, then one of \
+            `acquired`, `timeout` or `error`.",
+            content((RwGrantBody = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
+            headers(("Location" = String, description = "/rwlocks/{name}/holders/{holder}"))),
+        (status = 409, description = "A writer holds the rwlock or is queued ahead (`lock-held`), with `retry_after_ms`", body = Problem, content_type = "application/problem+json"),
+        AcquireErrors,
+    )
+)]
+pub async fn acquire_read(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<AcquireRequest>,
+) -> Result<Response, ApiError> {
+    acquire(state, path.name, Mode::Read, &headers, body).await
+}
+
+/// Acquire the write hold (exclusive).
+///
+/// Granted when nothing is held and nobody is queued ahead; re-entered by
+/// the writer. The only reader may upgrade (it keeps its read hold); a
+/// reader among several gets 409 `upgrade-would-deadlock` at once.
+#[utoipa::path(
+    post,
+    path = "/rwlocks/{name}/write/acquire",
+    tag = TAG,
+    params(NamePath),
+    request_body(content = Option<AcquireRequest>, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Acquired (or re-entered, or upgraded). `Location` is the holder's URL. \
+            With `Accept: text/event-stream`: HTTP 200 and `waiting` events, then one of \
+            `acquired`, `timeout` or `error`.",
+            content((RwGrantBody = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
+            headers(("Location" = String, description = "/rwlocks/{name}/holders/{holder}"))),
+        (status = 409, description = "Held by others or others queued ahead (`lock-held`, with `retry_after_ms`), \
+            or this holder reads together with other readers (`upgrade-would-deadlock`)", body = Problem, content_type = "application/problem+json"),
+        AcquireErrors,
+    )
+)]
+pub async fn acquire_write(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<AcquireRequest>,
+) -> Result<Response, ApiError> {
+    acquire(state, path.name, Mode::Write, &headers, body).await
+}
+
+/// Renew every hold the holder has on the rwlock.
+#[utoipa::path(
+    post,
+    path = "/rwlocks/{name}/holders/{holder}/heartbeat",
+    tag = TAG,
+    params(HolderPath),
+    request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Renewed (`mode` is `write` when the holder writes)", body = RwGrantBody),
+        HoldErrors,
+    )
+)]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<HolderPath>,
+    ApiJson(body): ApiJson<HeartbeatRequest>,
+) -> Result<Json<RwGrantBody>, ApiError> {
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    let lease = heartbeat_lease(&state, &body)?;
+    match state
+        .rwlocks
+        .heartbeat(&path.name, &path.holder, lease)
+        .await?
+    {
+        Some(g) => Ok(Json(RwGrantBody::new(&path.name, &path.holder, &g))),
+        None => Err(not_held()),
+    }
+}
+
+/// Release one hold (every hold of that mode with `?all=true`).
+#[utoipa::path(
+    delete,
+    path = "/rwlocks/{name}/holders/{holder}",
+    tag = TAG,
+    params(HolderPath, RwReleaseQuery),
+    responses(
+        (status = 200, description = "Released", body = RwRelease),
+        HoldErrors,
+    )
+)]
+pub async fn release(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<HolderPath>,
+    ApiQuery(query): ApiQuery<RwReleaseQuery>,
+) -> Result<Json<RwRelease>, ApiError> {
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    let released = state
+        .rwlocks
+        .release(
+            &path.name,
+            &path.holder,
+            query.mode.map(Mode::from),
+            query.all.unwrap_or(false),
+        )
+        .await?;
+    match released {
+        Some(r) => Ok(Json(RwRelease {
+            released: r.released,
+            hold_count: r.hold_count,
+            mode: r.mode.into(),
+        })),
+        None => Err(not_held()),
+    }
+}
+
+/// Read the state. Never reveals a holder id.
+#[utoipa::path(
+    get,
+    path = "/rwlocks/{name}",
+    tag = TAG,
+    params(NamePath),
+    responses(
+        (status = 200, description = "The state", body = RwLockStatus),
+        NameErrors,
+    )
+)]
+pub async fn state(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+) -> Result<Json<RwLockStatus>, ApiError> {
+    check_name(&path.name)?;
+    let s = state.rwlocks.state(&path.name).await?;
+    Ok(Json(RwLockStatus {
+        waiters: state
+            .engine
+            .waiters_on(&state.rwlocks.wake_channel(&path.name)),
+        name: path.name,
+        mode: s.mode.map(RwMode::from),
+        readers: s.readers,
+        writer_hold_count: s.writer_hold_count,
+        ttl_ms: s.ttl_ms,
+        fencing_token: s.fencing_token,
+    }))
+}
+
+/// Force unlock: remove every hold, whoever holds it, and wake waiters.
+#[utoipa::path(
+    delete,
+    path = "/rwlocks/{name}",
+    tag = TAG,
+    params(NamePath),
+    responses(
+        (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlock),
+        NameErrors,
+    )
+)]
+pub async fn force_unlock(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+) -> Result<Json<ForceUnlock>, ApiError> {
+    check_name(&path.name)?;
+    let released = state.rwlocks.force_unlock(&path.name).await?;
+    Ok(Json(ForceUnlock { released }))
+}

@@ -1,0 +1,149 @@
+-- rw: the state of a read-write lock and what every rwlock script shares
+-- (joined after queue.lua, whose queue holds the waiters: members are
+-- 'r|<holder>' and 'w|<holder>').
+--
+-- The common arguments, the same in every rwlock script:
+-- ARGV[1]  wake channel {prefix}{name}:rw:wake
+-- ARGV[2]  holder id ('' where the script has none)
+-- ARGV[3]  queue grace in ms
+-- ARGV[4]  time the request may still wait, in ms ('' where none)
+--
+-- KEYS[1]  hash {prefix}{name}:rw
+--          w, wc, wt, wl, wd   the writer: holder id, hold count, fencing
+--                              token, lease (ms), deadline (ms, Redis clock)
+--          r|<h>, rt|<h>, rl|<h>  a reader's hold count, token and lease
+--          a|<attempt>         '<r|w><level>': the hold that attempt made
+--          i|<r|w>|<h>|<level> the attempt that made that hold (the index
+--                              that lets a release forget it without a scan)
+-- KEYS[2]  fence {prefix}{name}:rw:fence (counter; never expires)
+-- KEYS[3]  the attempt's marker (acquire, undo), else the hash again
+-- KEYS[4..6]  the queue (queue.lua)
+-- KEYS[7]  readers zset {prefix}{name}:rw:readers  holder → its deadline
+--
+-- Every reader's lease is its own (its deadline in KEYS[7]); the write
+-- hold's is wd. Expired holds are dropped by every script before it reads,
+-- on Redis's clock. The hash and the readers expire with the last hold.
+
+local function index_key(mode, holder, level)
+  return 'i|' .. mode .. '|' .. holder .. '|' .. level
+end
+
+-- Forgets the attempts that made levels from..to of a holder's holds.
+local function forget(mode, holder, from, to)
+  for level = from, to do
+    local key = index_key(mode, holder, level)
+    local id = redis.call('HGET', KEYS[1], key)
+    if id then
+      redis.call('HDEL', KEYS[1], 'a|' .. id, key)
+    end
+  end
+end
+
+local function drop_writer()
+  forget('w', redis.call('HGET', KEYS[1], 'w'), 1, tonumber(redis.call('HGET', KEYS[1], 'wc')))
+  redis.call('HDEL', KEYS[1], 'w', 'wc', 'wt', 'wl', 'wd')
+end
+
+local function drop_reader(holder)
+  forget('r', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0'))
+  redis.call('HDEL', KEYS[1], 'r|' .. holder, 'rt|' .. holder, 'rl|' .. holder)
+  redis.call('ZREM', KEYS[7], holder)
+end
+
+-- Drops the holds whose lease ended; true if any did.
+local function drop_expired()
+  local dropped = false
+  local wd = redis.call('HGET', KEYS[1], 'wd')
+  if wd and tonumber(wd) <= now then
+    drop_writer()
+    dropped = true
+  end
+  for _, holder in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)) do
+    drop_reader(holder)
+    dropped = true
+  end
+  return dropped
+end
+
+-- Remaining ms of the longest hold (0 when free).
+local function held_for()
+  local last = tonumber(redis.call('HGET', KEYS[1], 'wd') or '0')
+  local reader = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
+  if reader[2] and tonumber(reader[2]) > last then
+    last = tonumber(reader[2])
+  end
+  return math.max(last - now, 0)
+end
+
+-- The hash and the readers live exactly as long as the last hold.
+local function expire_holds()
+  local ttl = held_for()
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[7], ttl)
+  else
+    redis.call('DEL', KEYS[1], KEYS[7])
+  end
+end
+
+-- Publishes the queue and lets go whoever can be granted now: when the
+-- head waits to write, the head alone and only once nothing is held; when
+-- it waits to read, every reader queued before the first writer (unless a
+-- writer holds the lock).
+local function wake()
+  local members, tickets = first_entries()
+  local limit = 0
+  if tickets[1] and not redis.call('HGET', KEYS[1], 'w') then
+    if string.sub(members[1], 1, 1) == 'w' then
+      if redis.call('ZCARD', KEYS[7]) == 0 then
+        limit = tonumber(tickets[1])
+      end
+    else
+      limit = tonumber(tickets[#tickets])
+      for i, member in ipairs(members) do
+        if string.sub(member, 1, 1) == 'w' then
+          limit = tonumber(tickets[i]) - 1
+          break
+        end
+      end
+    end
+  end
+  announce(members, tickets, limit)
+end
+
+-- A holder's hold in `mode` ended (released or given back): drop it and
+-- wake the queue.
+local function hold_ended(mode, holder)
+  if mode == 'w' then
+    drop_writer()
+  else
+    drop_reader(holder)
+  end
+  expire_holds()
+  wake()
+end
+
+-- Drops expired holds and queue entries; wakes the queue if any went.
+local function refresh()
+  local dropped = drop_expired()
+  if #prune() > 0 or dropped then
+    expire_holds()
+    wake()
+  end
+end
+
+-- {1, token, hold_count, lease_ms, mode, read_hold_count, write_hold_count}
+-- for the holder's hold in `mode`.
+local function grant_reply(mode, holder)
+  local h = redis.call('HMGET', KEYS[1], 'w', 'wc', 'wt', 'wl',
+    'r|' .. holder, 'rt|' .. holder, 'rl|' .. holder)
+  local wc = 0
+  if h[1] == holder then
+    wc = tonumber(h[2])
+  end
+  local rc = tonumber(h[5] or '0')
+  if mode == 'w' then
+    return {1, tonumber(h[3]), wc, tonumber(h[4]), 'w', rc, wc}
+  end
+  return {1, tonumber(h[6]), rc, tonumber(h[7]), 'r', rc, wc}
+end

@@ -1,0 +1,114 @@
+-- rw_acquire: take (or re-enter) a read or write hold, or queue for it.
+-- Runs after queue.lua and rw.lua (keys and common arguments there).
+--
+-- ARGV[5]  'r' or 'w'
+-- ARGV[6]  lease in milliseconds
+-- ARGV[7]  attempt id (unique per try)
+--
+-- Returns  {1, token, hold_count, lease_ms, mode, read_count, write_count}
+--                   granted (a repeat of the attempt returns its grant)
+--          {0, retry_after_ms, position, ticket, recheck_ms}  must wait
+--          {-1}     this attempt was already given up: nothing granted
+--          {-2}     a write asked by one of several readers: it would wait
+--                   for itself (upgrade-would-deadlock), refused at once
+--
+-- Policy (arrival order between readers and writers):
+-- - a holder that already holds re-enters: a reader reads again, a writer
+--   reads or writes again (downgrade), the only reader may write (upgrade);
+-- - otherwise a reader waits while a writer holds the lock or a writer is
+--   queued ahead of it, and a writer waits while anyone holds the lock or
+--   anyone is queued ahead of it. So once a writer waits, later readers
+--   wait behind it (no writer starvation), and readers queued before a
+--   writer go before it (no reader starvation).
+-- Tokens: every new hold (not a re-entry) takes the next fence value, so
+-- tokens strictly increase across both modes.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {-1}
+end
+local holder, mode, lease, id = ARGV[2], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local made = redis.call('HGET', KEYS[1], 'a|' .. id)
+if made then
+  return grant_reply(string.sub(made, 1, 1), holder)
+end
+refresh()
+local member = mode .. '|' .. holder
+local writer = redis.call('HGET', KEYS[1], 'w')
+local reads = tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0')
+local readers = redis.call('ZCARD', KEYS[7])
+
+-- Is anyone queued ahead of the member (only writers, with writers_only)?
+local function queued_ahead(writers_only)
+  local rank = redis.call('ZRANK', KEYS[4], member)
+  local ahead
+  if rank then
+    if rank == 0 then
+      return false
+    end
+    ahead = redis.call('ZRANGE', KEYS[4], 0, rank - 1)
+  else
+    ahead = redis.call('ZRANGE', KEYS[4], 0, -1)
+  end
+  if not writers_only then
+    return #ahead > 0
+  end
+  for _, m in ipairs(ahead) do
+    if string.sub(m, 1, 1) == 'w' then
+      return true
+    end
+  end
+  return false
+end
+
+local function take()
+  local count_field, token_field
+  if mode == 'w' then
+    count_field, token_field = 'wc', 'wt'
+  else
+    count_field, token_field = 'r|' .. holder, 'rt|' .. holder
+  end
+  local count = redis.call('HINCRBY', KEYS[1], count_field, 1)
+  if count == 1 then
+    redis.call('HSET', KEYS[1], token_field, redis.call('INCR', KEYS[2]))
+  end
+  if mode == 'w' then
+    redis.call('HSET', KEYS[1], 'w', holder, 'wl', lease, 'wd', now + lease)
+  else
+    redis.call('HSET', KEYS[1], 'rl|' .. holder, lease)
+    redis.call('ZADD', KEYS[7], now + lease, holder)
+  end
+  redis.call('HSET', KEYS[1], 'a|' .. id, mode .. count, index_key(mode, holder, count), id)
+  expire_holds()
+  if leave_queue(member) then
+    wake()
+  end
+  return grant_reply(mode, holder)
+end
+
+if mode == 'r' then
+  if writer == holder or reads > 0 then
+    return take()
+  end
+  if writer then
+    return waiting(member, held_for(), false)
+  end
+  if queued_ahead(true) then
+    return waiting(member, held_for(), readers == 0)
+  end
+  return take()
+end
+if writer == holder then
+  return take()
+end
+if reads > 0 then
+  if not writer and readers == 1 then
+    return take()
+  end
+  return {-2}
+end
+if writer or readers > 0 then
+  return waiting(member, held_for(), false)
+end
+if queued_ahead(false) then
+  return waiting(member, 0, true)
+end
+return take()
