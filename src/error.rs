@@ -356,7 +356,8 @@ impl From<WaitError> for ApiError {
             WaitError::Refused(Refusal::UpgradeWouldDeadlock) => ApiError::new(
                 StatusCode::CONFLICT,
                 ProblemType::UpgradeWouldDeadlock,
-                "this holder reads the rwlock together with other readers; a write would wait                  for itself. Release the read hold first, then acquire the write lock",
+                "this holder reads the rwlock together with other readers; a write would wait \
+                 for itself. Release the read hold first, then acquire the write lock",
             ),
         }
     }
