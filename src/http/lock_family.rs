@@ -346,70 +346,153 @@ pub fn not_held() -> ApiError {
     ApiError::not_held("this holder does not hold the lock (released, expired, or never acquired)")
 }
 
+/// What a lock-like resource answers to the operations on holds and on
+/// the object: the handlers below are generic over it, and
+/// [`hold_routes!`] gives each resource these four routes.
+pub trait HoldApi: Sync {
+    /// The 200 body of a heartbeat.
+    type Renewed: Serialize;
+    /// The query of a release.
+    type ReleaseQuery: Send;
+    /// The 200 body of a release.
+    type Released: Serialize;
+    /// The 200 body of a state read.
+    type Status: Serialize;
+
+    /// The pub/sub channel its waiters wait on (to count them).
+    fn wake_channel(&self, name: &str) -> String;
+
+    fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+    ) -> impl Future<Output = Result<Option<Self::Renewed>, StoreError>> + Send;
+
+    fn let_go(
+        &self,
+        name: &str,
+        holder: &str,
+        query: Self::ReleaseQuery,
+    ) -> impl Future<Output = Result<Option<Self::Released>, StoreError>> + Send;
+
+    /// The state, with `waiters` waiting on this instance.
+    fn status(
+        &self,
+        name: String,
+        waiters: u64,
+    ) -> impl Future<Output = Result<Self::Status, StoreError>> + Send;
+
+    /// Removes every hold; true when something was held.
+    fn unlock(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+impl HoldApi for Locks {
+    type Renewed = Grant;
+    type ReleaseQuery = ReleaseQuery;
+    type Released = Release;
+    type Status = LockStatus;
+
+    fn wake_channel(&self, name: &str) -> String {
+        Locks::wake_channel(self, name)
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<Option<Grant>, StoreError> {
+        let renewed = self.heartbeat(name, holder, lease_ms).await?;
+        Ok(renewed.map(|g| Grant::new(name, holder, &g)))
+    }
+
+    async fn let_go(
+        &self,
+        name: &str,
+        holder: &str,
+        query: ReleaseQuery,
+    ) -> Result<Option<Release>, StoreError> {
+        let released = self
+            .release(name, holder, query.all.unwrap_or(false))
+            .await?;
+        Ok(released.map(|r| Release {
+            released: r.released,
+            hold_count: r.hold_count,
+        }))
+    }
+
+    async fn status(&self, name: String, waiters: u64) -> Result<LockStatus, StoreError> {
+        let s = self.state(&name).await?;
+        Ok(LockStatus {
+            name,
+            locked: s.locked,
+            hold_count: s.hold_count,
+            ttl_ms: s.ttl_ms,
+            fencing_token: s.fencing_token,
+            waiters,
+        })
+    }
+
+    async fn unlock(&self, name: &str) -> Result<bool, StoreError> {
+        self.force_unlock(name).await
+    }
+}
+
 /// `POST …/{name}/holders/{holder}/heartbeat`.
-pub async fn heartbeat(
+pub async fn heartbeat<H: HoldApi>(
     state: &AppState,
-    locks: &Locks,
+    holds: &H,
     path: HolderPath,
     body: HeartbeatRequest,
-) -> Result<Json<Grant>, ApiError> {
+) -> Result<Json<H::Renewed>, ApiError> {
     check_name(&path.name)?;
     check_holder_in_path(&path.holder)?;
     let lease = heartbeat_lease(state, &body)?;
-    match locks.heartbeat(&path.name, &path.holder, lease).await? {
-        Some(grant) => Ok(Json(Grant::new(&path.name, &path.holder, &grant))),
+    match holds.renew(&path.name, &path.holder, lease).await? {
+        Some(renewed) => Ok(Json(renewed)),
         None => Err(not_held()),
     }
 }
 
 /// `DELETE …/{name}/holders/{holder}`.
-pub async fn release(
-    locks: &Locks,
+pub async fn release<H: HoldApi>(
+    holds: &H,
     path: HolderPath,
-    query: ReleaseQuery,
-) -> Result<Json<Release>, ApiError> {
+    query: H::ReleaseQuery,
+) -> Result<Json<H::Released>, ApiError> {
     check_name(&path.name)?;
     check_holder_in_path(&path.holder)?;
-    match locks
-        .release(&path.name, &path.holder, query.all.unwrap_or(false))
-        .await?
-    {
-        Some(r) => Ok(Json(Release {
-            released: r.released,
-            hold_count: r.hold_count,
-        })),
+    match holds.let_go(&path.name, &path.holder, query).await? {
+        Some(released) => Ok(Json(released)),
         None => Err(not_held()),
     }
 }
 
 /// `GET …/{name}`.
-pub async fn state(
+pub async fn state<H: HoldApi>(
     state: &AppState,
-    locks: &Locks,
+    holds: &H,
     name: String,
-) -> Result<Json<LockStatus>, ApiError> {
+) -> Result<Json<H::Status>, ApiError> {
     check_name(&name)?;
-    let s = locks.state(&name).await?;
-    Ok(Json(LockStatus {
-        waiters: state.engine.waiters_on(&locks.wake_channel(&name)),
-        name,
-        locked: s.locked,
-        hold_count: s.hold_count,
-        ttl_ms: s.ttl_ms,
-        fencing_token: s.fencing_token,
-    }))
+    let waiters = state.engine.waiters_on(&holds.wake_channel(&name));
+    Ok(Json(holds.status(name, waiters).await?))
 }
 
 /// `DELETE …/{name}`.
-pub async fn force_unlock(locks: &Locks, name: String) -> Result<Json<ForceUnlock>, ApiError> {
+pub async fn force_unlock<H: HoldApi>(
+    holds: &H,
+    name: String,
+) -> Result<Json<ForceUnlock>, ApiError> {
     check_name(&name)?;
-    let released = locks.force_unlock(&name).await?;
+    let released = holds.unlock(&name).await?;
     Ok(Json(ForceUnlock { released }))
 }
 
-/// The five routes of one lock kind, each a thin handler over the shared
-/// ones above with its OpenAPI operation. Arguments: the `AppState` field
-/// of the kind, the tag, the four paths, and what a 409 means for it.
+/// The five routes of one lock kind: its acquire, and [`hold_routes!`]
+/// for the rest. Arguments: the `AppState` field of the kind, the tag, the
+/// four paths, what a 409 means for it, and an SSE example.
 macro_rules! lock_routes {
     (
         field: $field:ident,
@@ -421,19 +504,13 @@ macro_rules! lock_routes {
         conflict: $conflict:tt,
         stream_example: $stream:tt $(,)?
     ) => {
-        use axum::Json;
-        use axum::extract::State;
         use axum::http::HeaderMap;
         use axum::response::Response;
 
-        use $crate::error::{ApiError, Problem};
-        use $crate::http::extract::{ApiJson, ApiPath, ApiQuery};
-        use $crate::http::responses::{AcquireErrors, HoldErrors, NameErrors};
         use $crate::http::lock_family::{
-            self as family, AcquireRequest, ForceUnlock, Grant, HeartbeatRequest, HolderPath,
-            LockStatus, NamePath, Release, ReleaseQuery,
+            AcquireRequest, Grant, LockStatus, Release, ReleaseQuery,
         };
-        use $crate::state::AppState;
+        use $crate::http::responses::AcquireErrors;
 
         /// Acquire (or re-enter as its holder).
         ///
@@ -471,7 +548,49 @@ macro_rules! lock_routes {
             family::acquire(&state, &state.$field, path.name, &headers, body).await
         }
 
-        /// Renew a hold's lease.
+        $crate::http::lock_family::hold_routes! {
+            field: $field,
+            tag: $tag,
+            heartbeat: $heartbeat,
+            holder: $holder,
+            object: $object,
+            renewed: Grant,
+            query: ReleaseQuery,
+            released: Release,
+            status: LockStatus,
+        }
+    };
+}
+pub(crate) use lock_routes;
+
+/// Heartbeat, release, state and force unlock of a resource whose
+/// `AppState` field implements [`HoldApi`], each a thin handler over the
+/// generic ones above with its OpenAPI operation (utoipa needs literal
+/// paths and concrete types).
+macro_rules! hold_routes {
+    (
+        field: $field:ident,
+        tag: $tag:tt,
+        heartbeat: $heartbeat:tt,
+        holder: $holder:tt,
+        object: $object:tt,
+        renewed: $renewed:ty,
+        query: $query:ty,
+        released: $released:ty,
+        status: $status:ty $(,)?
+    ) => {
+        use axum::Json;
+        use axum::extract::State;
+
+        use $crate::error::{ApiError, Problem};
+        use $crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+        use $crate::http::lock_family::{
+            self as family, ForceUnlock, HeartbeatRequest, HolderPath, NamePath,
+        };
+        use $crate::http::responses::{HoldErrors, NameErrors};
+        use $crate::state::AppState;
+
+        /// Renew the holder's leases (every hold it has on the object).
         #[utoipa::path(
             post,
             path = $heartbeat,
@@ -479,7 +598,7 @@ macro_rules! lock_routes {
             params(HolderPath),
             request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
             responses(
-                (status = 200, description = "Renewed", body = Grant),
+                (status = 200, description = "Renewed", body = $renewed),
                 HoldErrors,
             )
         )]
@@ -487,48 +606,48 @@ macro_rules! lock_routes {
             State(state): State<AppState>,
             ApiPath(path): ApiPath<HolderPath>,
             ApiJson(body): ApiJson<HeartbeatRequest>,
-        ) -> Result<Json<Grant>, ApiError> {
+        ) -> Result<Json<$renewed>, ApiError> {
             family::heartbeat(&state, &state.$field, path, body).await
         }
 
-        /// Release one hold (or all holds with `?all=true`).
+        /// Release one hold (or every hold, with `?all=true`).
         #[utoipa::path(
             delete,
             path = $holder,
             tag = $tag,
-            params(HolderPath, ReleaseQuery),
+            params(HolderPath, $query),
             responses(
-                (status = 200, description = "Released", body = Release),
+                (status = 200, description = "Released", body = $released),
                 HoldErrors,
             )
         )]
         pub async fn release(
             State(state): State<AppState>,
             ApiPath(path): ApiPath<HolderPath>,
-            ApiQuery(query): ApiQuery<ReleaseQuery>,
-        ) -> Result<Json<Release>, ApiError> {
+            ApiQuery(query): ApiQuery<$query>,
+        ) -> Result<Json<$released>, ApiError> {
             family::release(&state.$field, path, query).await
         }
 
-        /// Read the state. Never reveals the holder id.
+        /// Read the state. Never reveals a holder id.
         #[utoipa::path(
             get,
             path = $object,
             tag = $tag,
             params(NamePath),
             responses(
-                (status = 200, description = "The state", body = LockStatus),
+                (status = 200, description = "The state", body = $status),
                 NameErrors,
             )
         )]
         pub async fn state(
             State(state): State<AppState>,
             ApiPath(path): ApiPath<NamePath>,
-        ) -> Result<Json<LockStatus>, ApiError> {
+        ) -> Result<Json<$status>, ApiError> {
             family::state(&state, &state.$field, path.name).await
         }
 
-        /// Force unlock: remove the hold whoever holds it, and wake waiters.
+        /// Force unlock: remove every hold, whoever holds it, and wake waiters.
         #[utoipa::path(
             delete,
             path = $object,
@@ -547,4 +666,4 @@ macro_rules! lock_routes {
         }
     };
 }
-pub(crate) use lock_routes;
+pub(crate) use hold_routes;

@@ -1,9 +1,8 @@
 //! `/rwlocks/{name}/...`: read-write locks (README: "Read-write locks").
-//! Acquire bodies, heartbeats and force unlock are the lock family's; the
-//! grant adds the mode and both hold counts.
+//! Acquire bodies, heartbeats and force unlock are the lock family's
+//! ([`HoldApi`] and `hold_routes!`); the grant adds the mode and both hold
+//! counts.
 
-use axum::Json;
-use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -13,17 +12,10 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::{Attempt, AttemptId, Blocked};
-use crate::error::{ApiError, Problem};
-use crate::http::extract::{
-    ApiJson, ApiPath, ApiQuery, check_holder_in_path, check_name, wants_sse,
-};
-use crate::http::lock_family::{
-    AcquireRequest, Checked, ForceUnlock, Grant, HeartbeatRequest, HolderPath, NamePath, created,
-    heartbeat_lease, not_held,
-};
+use crate::http::extract::wants_sse;
+use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{AcquireErrors, HoldErrors, NameErrors};
-use crate::state::AppState;
+use crate::http::responses::AcquireErrors;
 use crate::store::StoreError;
 use crate::wait::WaitMode;
 
@@ -287,119 +279,70 @@ pub async fn acquire_write(
     acquire(state, path.name, Mode::Write, &headers, body).await
 }
 
-/// Renew every hold the holder has on the rwlock.
-#[utoipa::path(
-    post,
-    path = "/rwlocks/{name}/holders/{holder}/heartbeat",
-    tag = TAG,
-    params(HolderPath),
-    request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
-    responses(
-        (status = 200, description = "Renewed (`mode` is `write` when the holder writes)", body = RwGrantBody),
-        HoldErrors,
-    )
-)]
-pub async fn heartbeat(
-    State(state): State<AppState>,
-    ApiPath(path): ApiPath<HolderPath>,
-    ApiJson(body): ApiJson<HeartbeatRequest>,
-) -> Result<Json<RwGrantBody>, ApiError> {
-    check_name(&path.name)?;
-    check_holder_in_path(&path.holder)?;
-    let lease = heartbeat_lease(&state, &body)?;
-    match state
-        .rwlocks
-        .heartbeat(&path.name, &path.holder, lease)
-        .await?
-    {
-        Some(g) => Ok(Json(RwGrantBody::new(&path.name, &path.holder, &g))),
-        None => Err(not_held()),
-    }
-}
+impl HoldApi for RwLocks {
+    type Renewed = RwGrantBody;
+    type ReleaseQuery = RwReleaseQuery;
+    type Released = RwRelease;
+    type Status = RwLockStatus;
 
-/// Release one hold (every hold of that mode with `?all=true`).
-#[utoipa::path(
-    delete,
-    path = "/rwlocks/{name}/holders/{holder}",
-    tag = TAG,
-    params(HolderPath, RwReleaseQuery),
-    responses(
-        (status = 200, description = "Released", body = RwRelease),
-        HoldErrors,
-    )
-)]
-pub async fn release(
-    State(state): State<AppState>,
-    ApiPath(path): ApiPath<HolderPath>,
-    ApiQuery(query): ApiQuery<RwReleaseQuery>,
-) -> Result<Json<RwRelease>, ApiError> {
-    check_name(&path.name)?;
-    check_holder_in_path(&path.holder)?;
-    let released = state
-        .rwlocks
-        .release(
-            &path.name,
-            &path.holder,
-            query.mode.map(Mode::from),
-            query.all.unwrap_or(false),
-        )
-        .await?;
-    match released {
-        Some(r) => Ok(Json(RwRelease {
+    fn wake_channel(&self, name: &str) -> String {
+        RwLocks::wake_channel(self, name)
+    }
+
+    /// Renews every hold the holder has; `mode` is `write` when it writes.
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<Option<RwGrantBody>, StoreError> {
+        let renewed = self.heartbeat(name, holder, lease_ms).await?;
+        Ok(renewed.map(|g| RwGrantBody::new(name, holder, &g)))
+    }
+
+    async fn let_go(
+        &self,
+        name: &str,
+        holder: &str,
+        query: RwReleaseQuery,
+    ) -> Result<Option<RwRelease>, StoreError> {
+        let mode = query.mode.map(Mode::from);
+        let released = self
+            .release(name, holder, mode, query.all.unwrap_or(false))
+            .await?;
+        Ok(released.map(|r| RwRelease {
             released: r.released,
             hold_count: r.hold_count,
             mode: r.mode.into(),
-        })),
-        None => Err(not_held()),
+        }))
+    }
+
+    async fn status(&self, name: String, waiters: u64) -> Result<RwLockStatus, StoreError> {
+        let s = self.state(&name).await?;
+        Ok(RwLockStatus {
+            name,
+            mode: s.mode.map(RwMode::from),
+            readers: s.readers,
+            writer_hold_count: s.writer_hold_count,
+            ttl_ms: s.ttl_ms,
+            fencing_token: s.fencing_token,
+            waiters,
+        })
+    }
+
+    async fn unlock(&self, name: &str) -> Result<bool, StoreError> {
+        self.force_unlock(name).await
     }
 }
 
-/// Read the state. Never reveals a holder id.
-#[utoipa::path(
-    get,
-    path = "/rwlocks/{name}",
-    tag = TAG,
-    params(NamePath),
-    responses(
-        (status = 200, description = "The state", body = RwLockStatus),
-        NameErrors,
-    )
-)]
-pub async fn state(
-    State(state): State<AppState>,
-    ApiPath(path): ApiPath<NamePath>,
-) -> Result<Json<RwLockStatus>, ApiError> {
-    check_name(&path.name)?;
-    let s = state.rwlocks.state(&path.name).await?;
-    Ok(Json(RwLockStatus {
-        waiters: state
-            .engine
-            .waiters_on(&state.rwlocks.wake_channel(&path.name)),
-        name: path.name,
-        mode: s.mode.map(RwMode::from),
-        readers: s.readers,
-        writer_hold_count: s.writer_hold_count,
-        ttl_ms: s.ttl_ms,
-        fencing_token: s.fencing_token,
-    }))
-}
-
-/// Force unlock: remove every hold, whoever holds it, and wake waiters.
-#[utoipa::path(
-    delete,
-    path = "/rwlocks/{name}",
-    tag = TAG,
-    params(NamePath),
-    responses(
-        (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlock),
-        NameErrors,
-    )
-)]
-pub async fn force_unlock(
-    State(state): State<AppState>,
-    ApiPath(path): ApiPath<NamePath>,
-) -> Result<Json<ForceUnlock>, ApiError> {
-    check_name(&path.name)?;
-    let released = state.rwlocks.force_unlock(&path.name).await?;
-    Ok(Json(ForceUnlock { released }))
+super::lock_family::hold_routes! {
+    field: rwlocks,
+    tag: "rwlocks",
+    heartbeat: "/rwlocks/{name}/holders/{holder}/heartbeat",
+    holder: "/rwlocks/{name}/holders/{holder}",
+    object: "/rwlocks/{name}",
+    renewed: RwGrantBody,
+    query: RwReleaseQuery,
+    released: RwRelease,
+    status: RwLockStatus,
 }

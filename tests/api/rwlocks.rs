@@ -179,7 +179,10 @@ async fn the_only_reader_upgrades_and_one_of_several_is_refused_at_once() {
         "refused at once, not after waiting"
     );
     let detail = problem["detail"].as_str().unwrap();
-    assert!(detail.contains("read") && !detail.contains("  "), "{detail}");
+    assert!(
+        detail.contains("read") && !detail.contains("  "),
+        "{detail}"
+    );
 }
 
 #[tokio::test]
