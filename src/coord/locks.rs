@@ -159,9 +159,7 @@ impl Locks {
             [Value::Int(0), rest @ ..] if rest.len() == 4 => Ok(Attempt::Blocked(queued(rest)?)),
             // Only possible for an attempt its caller already gave up on.
             [Value::Int(-1)] => Err(StoreError::timeout()),
-            other => Err(StoreError::Unexpected(format!(
-                "lock_acquire returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("lock_acquire", other)),
         }
     }
 
@@ -228,9 +226,7 @@ impl Locks {
                 lease_ms: reply_u64(lease, "lease")?,
             })),
             [Value::Int(0)] => Ok(None),
-            other => Err(StoreError::Unexpected(format!(
-                "lock_heartbeat returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("lock_heartbeat", other)),
         }
     }
 
@@ -257,9 +253,7 @@ impl Locks {
                 released: *freed == 1,
                 hold_count: reply_u64(count, "count")?,
             })),
-            other => Err(StoreError::Unexpected(format!(
-                "lock_release returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("lock_release", other)),
         }
     }
 
@@ -292,9 +286,7 @@ impl Locks {
                 ttl_ms: reply_u64(ttl, "ttl")?,
                 fencing_token: reply_u64(fence, "fence")?,
             }),
-            other => Err(StoreError::Unexpected(format!(
-                "lock_state returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("lock_state", other)),
         }
     }
 }

@@ -142,9 +142,7 @@ impl RwLocks {
             [Value::Int(0), rest @ ..] => Ok(Attempt::Blocked(queued(rest)?)),
             [Value::Int(-1)] => Err(StoreError::timeout()),
             [Value::Int(-2)] => Ok(Attempt::Refused(Refusal::UpgradeWouldDeadlock)),
-            other => Err(StoreError::Unexpected(format!(
-                "rw_acquire returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("rw_acquire", other)),
         }
     }
 
@@ -196,9 +194,7 @@ impl RwLocks {
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Some(grant(rest)?)),
             [Value::Int(0)] => Ok(None),
-            other => Err(StoreError::Unexpected(format!(
-                "rw_heartbeat returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("rw_heartbeat", other)),
         }
     }
 
@@ -228,9 +224,7 @@ impl RwLocks {
                 hold_count: reply_u64(count, "count")?,
                 mode: Mode::from_reply(mode)?,
             })),
-            other => Err(StoreError::Unexpected(format!(
-                "rw_release returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("rw_release", other)),
         }
     }
 
@@ -263,9 +257,7 @@ impl RwLocks {
                 ttl_ms: reply_u64(ttl, "ttl")?,
                 fencing_token: reply_u64(fence, "fence")?,
             }),
-            other => Err(StoreError::Unexpected(format!(
-                "rw_state returned {other:?}"
-            ))),
+            other => Err(StoreError::reply("rw_state", other)),
         }
     }
 }

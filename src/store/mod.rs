@@ -112,6 +112,11 @@ impl Condition {
 }
 
 impl StoreError {
+    /// A script answered with a shape its caller does not expect.
+    pub fn reply(script: &str, reply: &[Value]) -> StoreError {
+        StoreError::Unexpected(format!("{script} returned {reply:?}"))
+    }
+
     /// A call that did not get its answer in time.
     pub fn timeout() -> Self {
         StoreError::Unavailable {
