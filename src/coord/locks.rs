@@ -188,17 +188,10 @@ impl Locks {
     /// client left): its queue entry now lapses one grace from now. A
     /// no-op for plain locks, which keep no queue.
     pub async fn leave(&self, name: &str, holder: &str) -> Result<(), StoreError> {
-        if self.kind == LockKind::Plain {
-            return Ok(());
+        match self.kind {
+            LockKind::Plain => Ok(()),
+            LockKind::Fair { .. } => self.layout.leave(name, holder).await,
         }
-        let keys = self.layout.keys(name, None, &[]);
-        let args = self.layout.args(name, holder, None, &[]);
-        let _: i64 = self
-            .layout
-            .store
-            .write_repeatable(&scripts::QUEUE_LEAVE, &keys, &args)
-            .await?;
-        Ok(())
     }
 
     /// Renews the holder's lease (`None` keeps the lease it has).

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::Value;
 
-use crate::store::{Store, StoreError, reply_u64};
+use crate::store::{Store, StoreError, reply_u64, scripts};
 
 /// Names one grant attempt, unique across instances and restarts: a random
 /// per-process prefix and a counter. The acquire script records the id of
@@ -169,6 +169,21 @@ impl Layout {
         ];
         args.extend(own.iter().map(|a| a.to_string()));
         args
+    }
+}
+
+impl Layout {
+    /// A waiter's request ended before its deadline without a grant: its
+    /// queue entry (`member`) now lapses one grace from now, so a client
+    /// that polls again in time keeps its place.
+    pub async fn leave(&self, name: &str, member: &str) -> Result<(), StoreError> {
+        let args = self.args(name, member, None, &[]);
+        let keys = self.keys(name, None, &[]);
+        let _: i64 = self
+            .store
+            .write_repeatable(&scripts::QUEUE_LEAVE, &keys, &args)
+            .await?;
+        Ok(())
     }
 }
 

@@ -168,13 +168,7 @@ impl RwLocks {
     /// lapses one grace from now.
     pub async fn leave(&self, name: &str, holder: &str, mode: Mode) -> Result<(), StoreError> {
         let member = format!("{}|{holder}", mode.code());
-        let args = self.layout.args(name, &member, None, &[]);
-        let _: i64 = self
-            .layout
-            .store
-            .write_repeatable(&scripts::QUEUE_LEAVE, &self.keys(name, None), &args)
-            .await?;
-        Ok(())
+        self.layout.leave(name, &member).await
     }
 
     /// Renews every hold of the holder. `Ok(None)` when it holds nothing.
