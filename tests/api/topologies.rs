@@ -55,6 +55,32 @@ async fn locks_work_on_redis_cluster_across_slots_and_instances() {
         let grant: serde_json::Value = response.json().await.unwrap();
         assert_eq!(grant["fencing_token"], 2, "{name}");
     }
+    // Fair locks and rwlocks: every script's keys (state, queue, readers)
+    // share the name's hash tag; waiters queued on b are woken from a.
+    for name in names.iter().take(4) {
+        let kinds = [
+            (
+                format!("/fair-locks/{name}/acquire"),
+                format!("/fair-locks/{name}/holders/x"),
+            ),
+            (
+                format!("/rwlocks/{name}/write/acquire"),
+                format!("/rwlocks/{name}/holders/x"),
+            ),
+        ];
+        for (acquire, hold) in kinds {
+            assert_eq!(
+                a.post(&acquire, json!({"holder": "x"})).await.status(),
+                201,
+                "{acquire}"
+            );
+            let waiter = b.spawn_post(&acquire, json!({"holder": "y", "wait_ms": 20000}));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let released = a.client.delete(a.url(&hold)).send().await.unwrap();
+            assert_eq!(released.status(), 200, "{hold}");
+            assert_eq!(waiter.await.unwrap().status(), 201, "{acquire}");
+        }
+    }
     let ready = a.client.get(a.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
 }
