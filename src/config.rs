@@ -108,7 +108,7 @@ pub struct Config {
     #[arg(long, env = "LATCHKEY_MAX_WAIT_MS", default_value = "60000", value_parser = whole::<u64>)]
     #[serde(deserialize_with = "de_whole")]
     pub max_wait_ms: u64,
-    /// How long a fair-lock waiter keeps its place in the queue between polls.
+    /// How long a waiter of a fair lock or rwlock keeps its place in the queue after its poll ends.
     #[arg(long, env = "LATCHKEY_QUEUE_GRACE_MS", default_value = "5000", value_parser = whole::<u64>)]
     #[serde(deserialize_with = "de_whole")]
     pub queue_grace_ms: u64,
