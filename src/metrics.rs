@@ -30,9 +30,10 @@ pub struct MetricsInner {
     pub http_requests: IntCounterVec,
     /// Time to the response head, by method and route (long-polls included).
     pub http_duration: HistogramVec,
-    /// Acquisition attempts answered, by primitive and outcome
-    /// (`acquired`, `busy` (refused without waiting), `timeout`, `error`,
-    /// `abandoned` (the client left while waiting)).
+    /// Acquisition attempts answered, by primitive (`lock`, `fair_lock`,
+    /// `rwlock`) and outcome (`acquired`, `busy` (not granted, without
+    /// waiting), `timeout`, `error`, `abandoned` (the client left while
+    /// waiting), `refused` (e.g. `upgrade-would-deadlock`)).
     pub acquisitions: IntCounterVec,
     /// Requests currently waiting (long-poll or SSE) on this instance.
     pub waiters: IntGauge,
