@@ -7,10 +7,10 @@
 //! server (this benchmark re-executed, same core as the service — the HTTP
 //! ceiling) and the lock's Lua scripts called directly on Redis (the
 //! floor). It measures uncontended throughput and latency
-//! ([`throughput`]), lock handoff latency and Redis commands per handoff
-//! ([`handoff`]) and memory per parked waiter ([`parked`]), each figure
-//! the median of interleaved rounds, and prints one markdown table
-//! ([`report`]). Any failed request or check makes it exit non-zero (after
+//! ([`throughput`]), handoff latency and Redis commands per handoff on a
+//! plain and on a fair lock ([`handoff`]) and memory per parked waiter
+//! ([`parked`]), each figure the median of interleaved rounds, and prints
+//! one markdown table ([`report`]). Any failed request or check makes it exit non-zero (after
 //! printing), so a broken service cannot produce a good-looking number.
 
 mod bare;

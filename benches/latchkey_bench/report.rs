@@ -92,25 +92,34 @@ fn throughput_rows(rows: &[throughput::Row]) {
     }
 }
 
+/// How a handoff row names its kind: plain-lock rows keep the unprefixed
+/// labels of earlier runs.
+fn handoff_label(kind: handoff::Kind) -> &'static str {
+    match kind {
+        handoff::Kind::Plain => "handoff",
+        handoff::Kind::Fair => "fair handoff",
+    }
+}
+
 fn handoff_rows(rows: &[handoff::Row]) {
     for r in rows {
-        let w = r.waiters;
+        let (what, w) = (handoff_label(r.kind), r.waiters);
         row(
-            &format!("handoff p50 ms, {w} waiters (release reply → next grant)"),
+            &format!("{what} p50 ms, {w} waiters (release reply → next grant)"),
             r.p50_ms,
             NONE,
             NONE,
             2,
         );
         row(
-            &format!("handoff p99 ms, {w} waiters"),
+            &format!("{what} p99 ms, {w} waiters"),
             r.p99_ms,
             NONE,
             NONE,
             2,
         );
         row(
-            &format!("Redis commands per handoff, {w} waiters"),
+            &format!("Redis commands per {what}, {w} waiters"),
             r.commands_per,
             NONE,
             NONE,
@@ -155,13 +164,39 @@ fn busy_footnotes(rows: &[throughput::Row], labels: &[String]) {
     }
 }
 
+/// Redis commands per handoff, most ÷ fewest waiters, for each kind (all
+/// kinds run with the same waiter counts).
+fn growth_footnote(rows: &[handoff::Row]) {
+    let (mut counts, mut parts) = (None, Vec::new());
+    for kind in handoff::Kind::ALL {
+        let of_kind: Vec<&handoff::Row> = rows.iter().filter(|r| r.kind == kind).collect();
+        if let [few, .., many] = of_kind.as_slice() {
+            counts = Some((many.waiters, few.waiters));
+            let growth = many.commands_per / few.commands_per;
+            parts.push(format!("{} {}", kind.name(), fig(growth, 2)));
+        }
+    }
+    if let Some((many, few)) = counts {
+        println!(
+            "- Redis commands per handoff, {many} ÷ {few} waiters: {} (a herd would scale it \
+             with the waiters).",
+            parts.join(", ")
+        );
+    }
+}
+
 fn footnotes(report: &Report) {
     busy_footnotes(&report.throughput, &report.cpu_labels);
     for r in &report.handoff {
+        let rewon = match r.kind {
+            handoff::Kind::Plain => "not a fair lock",
+            handoff::Kind::Fair => "it re-queues at the tail: 0 expected",
+        };
         println!(
-            "- handoff, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
-             (upper bound); EVALSHA per handoff {}; the releaser re-won {}% (not a fair \
-             lock); {} grant(s) per run arrived before the release reply (counted 0 ms).",
+            "- {}, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
+             (upper bound); EVALSHA per handoff {}; the releaser re-won {}% ({rewon}); \
+             {} grant(s) per run arrived before the release reply (counted 0 ms).",
+            handoff_label(r.kind),
             r.waiters,
             fig(r.handoffs, 0),
             fig(r.p99_from_sent_ms, 2),
@@ -170,15 +205,7 @@ fn footnotes(report: &Report) {
             fig(r.reordered, 0),
         );
     }
-    if let [few, .., many] = report.handoff.as_slice() {
-        let growth = many.commands_per / few.commands_per;
-        println!(
-            "- Redis commands per handoff, {} ÷ {} waiters: {} (a herd would scale it with the waiters).",
-            many.waiters,
-            few.waiters,
-            fig(growth, 2)
-        );
-    }
+    growth_footnote(&report.handoff);
     for r in &report.parked {
         println!(
             "- parked {:?}: idle server RSS {} MiB.",
