@@ -48,6 +48,14 @@ fn throughput_rows(rows: &[throughput::Row]) {
             bare_pairs,
             0,
         );
+        // The direct floor is the plain lock's scripts: no ratio to it.
+        row(
+            &format!("read-lock acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
+            r.read_pairs,
+            NONE,
+            bare_pairs,
+            0,
+        );
     }
     for r in rows.iter().filter(|r| r.c == 64) {
         row(
@@ -185,8 +193,35 @@ fn growth_footnote(rows: &[handoff::Row]) {
     }
 }
 
+/// The read-lock pairs against the plain-lock pairs of the same rounds.
+fn read_lock_footnote(rows: &[throughput::Row]) {
+    let each = |f: fn(&throughput::Row) -> f64, decimals: usize| -> String {
+        let parts: Vec<String> = (rows.iter())
+            .map(|r| format!("c={} {}", r.c, fig(f(r), decimals)))
+            .collect();
+        parts.join(", ")
+    };
+    let ratio = each(|r| r.read_pairs / r.latchkey_pairs, 2);
+    let redis_us = each(|r| r.redis_us_read, 2);
+    let latency: Vec<String> = (rows.iter().filter(|r| r.c == 1))
+        .map(|r| {
+            format!(
+                "; p50 µs at c=1: acquire {}, release {}",
+                fig(r.read_acquire_p50_us, 0),
+                fig(r.read_release_p50_us, 0)
+            )
+        })
+        .collect();
+    println!(
+        "- read-lock pairs (`/rwlocks/{{name}}/read/acquire`, then release) ÷ plain-lock \
+         pairs: {ratio}; Redis µs per EVALSHA behind them: {redis_us}{}.",
+        latency.concat()
+    );
+}
+
 fn footnotes(report: &Report) {
     busy_footnotes(&report.throughput, &report.cpu_labels);
+    read_lock_footnote(&report.throughput);
     for r in &report.handoff {
         let rewon = match r.kind {
             handoff::Kind::Plain => "not a fair lock",
