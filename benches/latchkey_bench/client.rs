@@ -43,30 +43,38 @@ pub async fn expect_status(
     Ok(body)
 }
 
-/// `POST {base}/locks/{name}/acquire` as `holder`, waiting up to `wait_ms`.
+/// Route prefix of plain locks.
+pub const LOCKS: &str = "/locks";
+/// Route prefix of fair locks (same bodies and operations as [`LOCKS`]).
+pub const FAIR_LOCKS: &str = "/fair-locks";
+
+/// `POST {base}{route}/{name}/acquire` as `holder`, waiting up to
+/// `wait_ms`; `route` is [`LOCKS`] or [`FAIR_LOCKS`].
 pub fn acquire(
     client: &reqwest::Client,
     base: &str,
+    route: &str,
     name: &str,
     holder: &str,
     wait_ms: u64,
 ) -> reqwest::RequestBuilder {
     let body = serde_json::json!({ "holder": holder, "lease_ms": LEASE_MS, "wait_ms": wait_ms });
     client
-        .post(format!("{base}/locks/{name}/acquire"))
+        .post(format!("{base}{route}/{name}/acquire"))
         .json(&body)
         .timeout(Duration::from_millis(wait_ms) + Duration::from_secs(30))
 }
 
-/// `DELETE {base}/locks/{name}/holders/{holder}`, expecting 200.
+/// `DELETE {base}{route}/{name}/holders/{holder}`, expecting 200.
 pub async fn release(
     client: &reqwest::Client,
     base: &str,
+    route: &str,
     name: &str,
     holder: &str,
 ) -> Result<(), String> {
     let response = client
-        .delete(format!("{base}/locks/{name}/holders/{holder}"))
+        .delete(format!("{base}{route}/{name}/holders/{holder}"))
         .timeout(Duration::from_secs(30))
         .send()
         .await;

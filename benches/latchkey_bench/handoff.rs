@@ -1,15 +1,19 @@
-//! Handoff latency. W waiters (8, then 64) fight over one lock with
-//! long-polls; whoever is granted releases at once and polls again. A
-//! handoff is "release reply received by the releaser → next grant
-//! received by its client", paired by fencing token (tokens strictly
-//! increase per lock, so grant `t + 1` is the handoff from the holder of
-//! grant `t`, whatever order the replies arrived in). The release reply
-//! and the waiter's wake-up travel in parallel (Redis answers the release
-//! and publishes the wake message in the same script), so that latency
-//! can be tiny or "negative" (counted as 0); the p99 from the moment the
-//! release was *sent* is kept as an upper bound. Redis commands per
-//! handoff (`total_commands_processed`, script-internal calls included,
-//! over the handoffs of the run) must not grow with W: no thundering herd.
+//! Handoff latency, on a plain lock (`/locks`) and on a fair lock
+//! (`/fair-locks`). W waiters (8, then 64) fight over one lock with
+//! long-polls; whoever is granted releases at once and polls again with
+//! the same holder (on the fair lock that is a new place at the tail of
+//! the queue, so the releaser should never re-win). A handoff is "release
+//! reply received by the releaser → next grant received by its client",
+//! paired by fencing token (tokens strictly increase per lock, so grant
+//! `t + 1` is the handoff from the holder of grant `t`, whatever order the
+//! replies arrived in). The release reply and the waiter's wake-up travel
+//! in parallel (Redis answers the release and publishes the wake message
+//! in the same script), so that latency can be tiny or "negative" (counted
+//! as 0); the p99 from the moment the release was *sent* is kept as an
+//! upper bound. Redis commands per handoff (`total_commands_processed`,
+//! script-internal calls included, over the handoffs of the run) must not
+//! grow with W, for either kind: no thundering herd. The runs interleave
+//! (plain W₁ W₂, fair W₁ W₂, plain W₁ …), each on a fresh lock name.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +38,34 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
 pub struct Timing {
     pub run: Duration,
     pub warm_up: Duration,
+}
+
+/// Which lock the waiters fight over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Plain,
+    Fair,
+}
+
+impl Kind {
+    /// Every kind, in the order their runs interleave.
+    pub const ALL: [Kind; 2] = [Kind::Plain, Kind::Fair];
+
+    /// The route prefix of its operations.
+    fn route(self) -> &'static str {
+        match self {
+            Kind::Plain => client::LOCKS,
+            Kind::Fair => client::FAIR_LOCKS,
+        }
+    }
+
+    /// A short name for lock names and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Fair => "fair",
+        }
+    }
 }
 
 /// One entry of the shared log.
@@ -62,6 +94,7 @@ impl Log {
 struct Waiters {
     client: reqwest::Client,
     base: String,
+    route: &'static str,
     name: String,
     log: Log,
     stop: AtomicBool,
@@ -72,8 +105,9 @@ struct Waiters {
 /// One waiter: acquire (long-poll), log, release, log, until stopped.
 async fn waiter(w: Arc<Waiters>, task: usize) -> Result<(), String> {
     let holder = format!("t{task}");
+    let (base, route, name) = (w.base.as_str(), w.route, w.name.as_str());
     while !w.stop.load(Ordering::Relaxed) {
-        let response = client::acquire(&w.client, &w.base, &w.name, &holder, WAIT_MS)
+        let response = client::acquire(&w.client, base, route, name, &holder, WAIT_MS)
             .send()
             .await
             .map_err(|e| format!("acquire: request failed: {e}"))?;
@@ -95,7 +129,7 @@ async fn waiter(w: Arc<Waiters>, task: usize) -> Result<(), String> {
             .ok_or_else(|| format!("acquire: no fencing_token in {text}"))?;
         w.log.record(Event::Granted { token, task });
         w.log.record(Event::ReleaseSent(token));
-        client::release(&w.client, &w.base, &w.name, &holder).await?;
+        client::release(&w.client, base, route, name, &holder).await?;
         w.log.record(Event::Released(token));
     }
     Ok(())
@@ -160,18 +194,20 @@ fn ms(d: Option<Duration>) -> f64 {
     d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
-/// One run with `waiters` waiters on lock `name`; every error is pushed.
+/// One run with `waiters` waiters on the lock of `kind` called `name`;
+/// every error is pushed.
 async fn run(
     client: &reqwest::Client,
     base: &str,
     admin: &Redis,
-    (name, waiters): (String, usize),
+    (kind, name, waiters): (Kind, String, usize),
     timing: Timing,
     errors: &mut Vec<String>,
 ) -> Result<Run, String> {
     let shared = Arc::new(Waiters {
         client: client.clone(),
         base: base.to_string(),
+        route: kind.route(),
         name,
         log: Log::default(),
         stop: AtomicBool::new(false),
@@ -209,9 +245,10 @@ async fn run(
     })
 }
 
-/// Medians over rounds for one waiter count.
-#[derive(Debug, Default)]
+/// Medians over rounds for one kind and waiter count.
+#[derive(Debug)]
 pub struct Row {
+    pub kind: Kind,
     pub waiters: usize,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -224,7 +261,8 @@ pub struct Row {
     pub errors: Vec<String>,
 }
 
-/// Interleaved rounds (W₁ W₂ W₁ W₂ …) of every waiter count.
+/// Interleaved rounds (plain W₁ W₂, fair W₁ W₂, plain W₁ …) of every kind
+/// and waiter count; one row each, plain rows first.
 pub async fn measure(
     client: &reqwest::Client,
     base: &str,
@@ -233,23 +271,29 @@ pub async fn measure(
     rounds: usize,
     timing: Timing,
 ) -> Vec<Row> {
-    let mut runs: Vec<Vec<Run>> = waiter_counts.iter().map(|_| Vec::new()).collect();
-    let mut errors: Vec<Vec<String>> = waiter_counts.iter().map(|_| Vec::new()).collect();
+    let cases: Vec<(Kind, usize)> = (Kind::ALL.iter())
+        .flat_map(|&kind| waiter_counts.iter().map(move |&w| (kind, w)))
+        .collect();
+    let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
+    let mut errors: Vec<Vec<String>> = cases.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
-        for (i, &w) in waiter_counts.iter().enumerate() {
-            let lock = (format!("bench-handoff-w{w}-r{round}"), w);
+        for (i, &(kind, w)) in cases.iter().enumerate() {
+            let kind_name = kind.name();
+            let lock = (kind, format!("bench-handoff-{kind_name}-w{w}-r{round}"), w);
             let mut errs = Vec::new();
             match run(client, base, admin, lock, timing, &mut errs).await {
                 Ok(r) => runs[i].push(r),
                 Err(e) => errs.push(e),
             }
-            errors[i].extend(errs.into_iter().map(|e| format!("handoff W={w}: {e}")));
+            let what = format!("handoff {kind_name} W={w}");
+            errors[i].extend(errs.into_iter().map(|e| format!("{what}: {e}")));
         }
     }
-    let rows = waiter_counts.iter().zip(runs).zip(errors);
-    rows.map(|((&waiters, runs), errors)| {
+    let rows = cases.into_iter().zip(runs).zip(errors);
+    rows.map(|(((kind, waiters), runs), errors)| {
         let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
         Row {
+            kind,
             waiters,
             p50_ms: m(|r| r.p50_ms),
             p99_ms: m(|r| r.p99_ms),

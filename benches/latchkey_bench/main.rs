@@ -3,15 +3,16 @@
 //!
 //! It runs the real release binary as its own process against its own
 //! redis-server, with both pinned to one core and this process (the load
-//! generator) pinned to another, next to two references: a bare axum
-//! server (this benchmark re-executed, same core as the service — the HTTP
-//! ceiling) and the lock's Lua scripts called directly on Redis (the
-//! floor). It measures uncontended throughput and latency
-//! ([`throughput`]), lock handoff latency and Redis commands per handoff
-//! ([`handoff`]) and memory per parked waiter ([`parked`]), each figure
-//! the median of interleaved rounds, and prints one markdown table
-//! ([`report`]). Any failed request or check makes it exit non-zero (after
-//! printing), so a broken service cannot produce a good-looking number.
+//! generator) pinned to another, next to two references: a bare axum server
+//! (this benchmark re-executed, same core as the service — the HTTP
+//! ceiling) and the plain lock's Lua scripts called directly on Redis (the
+//! floor). It measures uncontended throughput and latency of plain and read
+//! locks ([`throughput`]), handoff latency and Redis commands per handoff
+//! on a plain and on a fair lock ([`handoff`]) and memory per parked waiter
+//! ([`parked`]), each figure the median of interleaved rounds, and prints
+//! one markdown table ([`report`]). Any failed request or check makes it
+//! exit non-zero (after printing), so a broken service cannot produce a
+//! good-looking number.
 
 mod bare;
 mod client;

@@ -19,7 +19,7 @@ use futures_util::{StreamExt, stream};
 use reqwest::StatusCode;
 use tokio::task::JoinSet;
 
-use crate::client::{self, expect_status};
+use crate::client::{self, LOCKS, expect_status};
 use crate::procs::{self, Service};
 use crate::stats::median;
 use crate::tasks::join_all;
@@ -86,14 +86,14 @@ async fn owners(
 ) -> Result<(), String> {
     let calls = stream::iter(names).map(|name| async move {
         if take {
-            let response = client::acquire(client, base, &name, "owner", 0)
+            let response = client::acquire(client, base, LOCKS, &name, "owner", 0)
                 .send()
                 .await;
             expect_status(response, StatusCode::CREATED, "owner acquire")
                 .await
                 .map(drop)
         } else {
-            client::release(client, base, &name, "owner").await
+            client::release(client, base, LOCKS, &name, "owner").await
         }
     });
     let results: Vec<_> = calls.buffer_unordered(HOLDER_CONCURRENCY).collect().await;
@@ -137,11 +137,11 @@ async fn waiter(
             .await
             .map(drop);
     }
-    let mut request = client::acquire(&client, &base, &name, &holder, WAIT_MS);
+    let mut request = client::acquire(&client, &base, LOCKS, &name, &holder, WAIT_MS);
     if variant != Variant::Sse {
         let response = request.send().await;
         expect_status(response, StatusCode::CREATED, "parked acquire").await?;
-        return client::release(&client, &base, &name, &holder).await;
+        return client::release(&client, &base, LOCKS, &name, &holder).await;
     }
     request = request.header(reqwest::header::ACCEPT, "text/event-stream");
     let mut response = request
@@ -163,7 +163,7 @@ async fn waiter(
         }
     }
     drop(response);
-    client::release(&client, &base, &name, &holder).await
+    client::release(&client, &base, LOCKS, &name, &holder).await
 }
 
 /// Requests parked: the service's `latchkey_waiters` gauge, or the bare

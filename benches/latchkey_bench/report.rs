@@ -48,6 +48,14 @@ fn throughput_rows(rows: &[throughput::Row]) {
             bare_pairs,
             0,
         );
+        // The direct floor is the plain lock's scripts: no ratio to it.
+        row(
+            &format!("read-lock acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
+            r.read_pairs,
+            NONE,
+            bare_pairs,
+            0,
+        );
     }
     for r in rows.iter().filter(|r| r.c == 64) {
         row(
@@ -92,25 +100,34 @@ fn throughput_rows(rows: &[throughput::Row]) {
     }
 }
 
+/// How a handoff row names its kind: plain-lock rows keep the unprefixed
+/// labels of earlier runs.
+fn handoff_label(kind: handoff::Kind) -> &'static str {
+    match kind {
+        handoff::Kind::Plain => "handoff",
+        handoff::Kind::Fair => "fair handoff",
+    }
+}
+
 fn handoff_rows(rows: &[handoff::Row]) {
     for r in rows {
-        let w = r.waiters;
+        let (what, w) = (handoff_label(r.kind), r.waiters);
         row(
-            &format!("handoff p50 ms, {w} waiters (release reply → next grant)"),
+            &format!("{what} p50 ms, {w} waiters (release reply → next grant)"),
             r.p50_ms,
             NONE,
             NONE,
             2,
         );
         row(
-            &format!("handoff p99 ms, {w} waiters"),
+            &format!("{what} p99 ms, {w} waiters"),
             r.p99_ms,
             NONE,
             NONE,
             2,
         );
         row(
-            &format!("Redis commands per handoff, {w} waiters"),
+            &format!("Redis commands per {what}, {w} waiters"),
             r.commands_per,
             NONE,
             NONE,
@@ -155,13 +172,66 @@ fn busy_footnotes(rows: &[throughput::Row], labels: &[String]) {
     }
 }
 
+/// Redis commands per handoff, most ÷ fewest waiters, for each kind (all
+/// kinds run with the same waiter counts).
+fn growth_footnote(rows: &[handoff::Row]) {
+    let (mut counts, mut parts) = (None, Vec::new());
+    for kind in handoff::Kind::ALL {
+        let of_kind: Vec<&handoff::Row> = rows.iter().filter(|r| r.kind == kind).collect();
+        if let [few, .., many] = of_kind.as_slice() {
+            counts = Some((many.waiters, few.waiters));
+            let growth = many.commands_per / few.commands_per;
+            parts.push(format!("{} {}", kind.name(), fig(growth, 2)));
+        }
+    }
+    if let Some((many, few)) = counts {
+        println!(
+            "- Redis commands per handoff, {many} ÷ {few} waiters: {} (a herd would scale it \
+             with the waiters).",
+            parts.join(", ")
+        );
+    }
+}
+
+/// The read-lock pairs against the plain-lock pairs of the same rounds.
+fn read_lock_footnote(rows: &[throughput::Row]) {
+    let each = |f: fn(&throughput::Row) -> f64, decimals: usize| -> String {
+        let parts: Vec<String> = (rows.iter())
+            .map(|r| format!("c={} {}", r.c, fig(f(r), decimals)))
+            .collect();
+        parts.join(", ")
+    };
+    let ratio = each(|r| r.read_pairs / r.latchkey_pairs, 2);
+    let redis_us = each(|r| r.redis_us_read, 2);
+    let latency: Vec<String> = (rows.iter().filter(|r| r.c == 1))
+        .map(|r| {
+            format!(
+                "; p50 µs at c=1: acquire {}, release {}",
+                fig(r.read_acquire_p50_us, 0),
+                fig(r.read_release_p50_us, 0)
+            )
+        })
+        .collect();
+    println!(
+        "- read-lock pairs (`/rwlocks/{{name}}/read/acquire`, then release) ÷ plain-lock \
+         pairs: {ratio}; Redis µs per EVALSHA behind them: {redis_us}{}.",
+        latency.concat()
+    );
+}
+
 fn footnotes(report: &Report) {
     busy_footnotes(&report.throughput, &report.cpu_labels);
+    read_lock_footnote(&report.throughput);
     for r in &report.handoff {
+        let rewon = match r.kind {
+            handoff::Kind::Plain => "not a fair lock",
+            handoff::Kind::Fair => "it re-queues at the tail: 0 expected",
+        };
         println!(
-            "- handoff, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
-             (upper bound); EVALSHA per handoff {}; the releaser re-won {}% (not a fair \
-             lock); {} grant(s) per run arrived before the release reply (counted 0 ms).",
+            "- {}, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
+             (upper bound); EVALSHA per handoff {}; the releaser re-won {}% ({rewon}); \
+             {} grant(s) per run arrived before the release reply (counted 0 ms).",
+            handoff_label(r.kind),
             r.waiters,
             fig(r.handoffs, 0),
             fig(r.p99_from_sent_ms, 2),
@@ -170,15 +240,7 @@ fn footnotes(report: &Report) {
             fig(r.reordered, 0),
         );
     }
-    if let [few, .., many] = report.handoff.as_slice() {
-        let growth = many.commands_per / few.commands_per;
-        println!(
-            "- Redis commands per handoff, {} ÷ {} waiters: {} (a herd would scale it with the waiters).",
-            many.waiters,
-            few.waiters,
-            fig(growth, 2)
-        );
-    }
+    growth_footnote(&report.handoff);
     for r in &report.parked {
         println!(
             "- parked {:?}: idle server RSS {} MiB.",

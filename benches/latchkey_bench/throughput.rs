@@ -3,15 +3,19 @@
 //!
 //! - **latchkey**: `POST /locks/{name}/acquire` (201) then
 //!   `DELETE /locks/{name}/holders/{holder}` (200) on the service;
-//! - **direct**: the same two Lua scripts, EVALSHA on one multiplexed
-//!   redis connection shared by all workers (their commands pipeline on
-//!   it) — the floor no HTTP front-end can beat;
+//! - **read-lock**: the same pair on a read-write lock's read side,
+//!   `POST /rwlocks/{name}/read/acquire` (201) then
+//!   `DELETE /rwlocks/{name}/holders/{holder}` (200);
+//! - **direct**: the plain lock's two Lua scripts, EVALSHA on one
+//!   multiplexed redis connection shared by all workers (their commands
+//!   pipeline on it) — the floor no HTTP front-end can beat;
 //! - **bare** / **healthz**: `GET /` on the bare axum server and
 //!   `GET /healthz` on latchkey — the HTTP ceiling, and latchkey's own
 //!   routing and layers without Redis.
 //!
-//! The kinds' rounds are interleaved (L D B H L D B H …) and each figure
-//! is the median over rounds, so all columns of a row see the same noise.
+//! The kinds' rounds are interleaved (L R D B H L R D B H …) and each
+//! figure is the median over rounds, so all columns of a row see the same
+//! noise.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -232,16 +236,21 @@ pub struct Targets {
 pub struct Row {
     pub c: usize,
     pub latchkey_pairs: f64,
+    /// Read-lock acquire+release pairs per second.
+    pub read_pairs: f64,
     pub direct_pairs: f64,
     pub bare_rps: f64,
     pub healthz_rps: f64,
     pub acquire_p50_us: f64,
     pub release_p50_us: f64,
+    pub read_acquire_p50_us: f64,
+    pub read_release_p50_us: f64,
     pub direct_acquire_p50_us: f64,
     pub direct_release_p50_us: f64,
     pub bare_p50_us: f64,
     pub healthz_p50_us: f64,
     pub redis_us_latchkey: f64,
+    pub redis_us_read: f64,
     pub redis_us_direct: f64,
     /// Busy % of (server core, client core) per kind, medians.
     pub busy: Vec<(&'static str, Vec<f64>)>,
@@ -249,17 +258,20 @@ pub struct Row {
 }
 
 impl Targets {
-    fn http_pairs(&self, c: usize) -> Vec<HttpPair> {
+    /// Pairs of `POST {route}/{name}/{acquire}` and
+    /// `DELETE {route}/{name}/holders/{holder}`, each worker on its own name.
+    fn http_pairs(&self, c: usize, route: &str, acquire: &str) -> Vec<HttpPair> {
         let base: Arc<str> = self.latchkey.as_str().into();
+        let tag = route.trim_start_matches('/');
         (0..c)
             .map(|i| {
-                let (name, holder) = (format!("bench-c{c}-{i}"), format!("h{i}"));
+                let (name, holder) = (format!("bench-{tag}-c{c}-{i}"), format!("h{i}"));
                 let body = serde_json::json!({ "holder": holder, "lease_ms": LEASE_MS });
                 HttpPair {
                     conn: Lazy::new(&base),
-                    acquire: format!("/locks/{name}/acquire"),
+                    acquire: format!("{route}/{name}/{acquire}"),
                     body: Bytes::from(body.to_string()),
-                    release: format!("/locks/{name}/holders/{holder}"),
+                    release: format!("{route}/{name}/holders/{holder}"),
                 }
             })
             .collect()
@@ -307,29 +319,36 @@ impl Targets {
     }
 }
 
-/// The four kinds: their names, and the column names of their steps.
-const KINDS: [(&str, &[&str]); 4] = [
+/// The five kinds: their names, and the column names of their steps.
+const KINDS: [(&str, &[&str]); 5] = [
     ("latchkey", &["acq", "rel"]),
+    ("read-lock", &["acq", "rel"]),
     ("direct", &["acq", "rel"]),
     ("bare", &["p50"]),
     ("healthz", &["p50"]),
 ];
 
-/// Interleaved rounds of the four kinds at concurrency `c`; medians.
+/// Interleaved rounds of the five kinds at concurrency `c`; medians.
 pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Row {
     let mut cols: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut errors = Vec::new();
     for _ in 0..rounds {
         let (l, l_us) = t
-            .with_redis_cpu(drive(t.http_pairs(c), timing, &t.watch))
+            .with_redis_cpu(drive(
+                t.http_pairs(c, "/locks", "acquire"),
+                timing,
+                &t.watch,
+            ))
             .await;
+        let read_pairs = t.http_pairs(c, "/rwlocks", "read/acquire");
+        let (r, r_us) = t.with_redis_cpu(drive(read_pairs, timing, &t.watch)).await;
         let (d, d_us) = t
             .with_redis_cpu(drive(t.direct_pairs(c), timing, &t.watch))
             .await;
         let b = drive(t.gets(&t.bare, "/", c), timing, &t.watch).await;
         let h = drive(t.gets(&t.latchkey, "/healthz", c), timing, &t.watch).await;
-        let redis_us = [l_us, d_us, f64::NAN, f64::NAN];
-        for (((kind, steps), round), us) in KINDS.iter().zip([l, d, b, h]).zip(redis_us) {
+        let redis_us = [l_us, r_us, d_us, f64::NAN, f64::NAN];
+        for (((kind, steps), round), us) in KINDS.iter().zip([l, r, d, b, h]).zip(redis_us) {
             let mut put =
                 |name: &str, v: f64| cols.entry(format!("{kind}_{name}")).or_default().push(v);
             put("per_s", round.per_s);
@@ -353,16 +372,20 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
     Row {
         c,
         latchkey_pairs: m("latchkey_per_s"),
+        read_pairs: m("read-lock_per_s"),
         direct_pairs: m("direct_per_s"),
         bare_rps: m("bare_per_s"),
         healthz_rps: m("healthz_per_s"),
         acquire_p50_us: m("latchkey_acq"),
         release_p50_us: m("latchkey_rel"),
+        read_acquire_p50_us: m("read-lock_acq"),
+        read_release_p50_us: m("read-lock_rel"),
         direct_acquire_p50_us: m("direct_acq"),
         direct_release_p50_us: m("direct_rel"),
         bare_p50_us: m("bare_p50"),
         healthz_p50_us: m("healthz_p50"),
         redis_us_latchkey: m("latchkey_redis_us"),
+        redis_us_read: m("read-lock_redis_us"),
         redis_us_direct: m("direct_redis_us"),
         busy: busy.to_vec(),
         errors,
