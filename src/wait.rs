@@ -227,6 +227,21 @@ struct Group {
     baton: tokio::sync::Mutex<()>,
     /// The lead's latest observation, shared with the queued members.
     latest: watch::Sender<Latest>,
+    /// [`WaitMode::Queue`]: the latest wake message, read once for all
+    /// members (by its note's sequence number).
+    parsed: parking_lot::Mutex<(u64, Option<Arc<QueueNote>>)>,
+}
+
+impl Group {
+    /// The queue message of `note`, parsed by the first member that asks.
+    fn queue_note(&self, note: &Note) -> Option<Arc<QueueNote>> {
+        let mut parsed = self.parsed.lock();
+        if parsed.0 != note.seq {
+            let read = note.payload.as_deref().and_then(QueueNote::parse);
+            *parsed = (note.seq, read.map(Arc::new));
+        }
+        parsed.1.clone()
+    }
 }
 
 /// An admitted waiter: holds one of the instance's waiter slots and a
@@ -289,6 +304,7 @@ impl WaitEngine {
                 subscription: self.inner.hub.subscribe(channel),
                 baton: tokio::sync::Mutex::new(()),
                 latest: watch::Sender::new(Latest::default()),
+                parsed: parking_lot::Mutex::new((0, None)),
             })
         });
         Ok(Waiter {
@@ -522,7 +538,7 @@ impl Waiter {
                 }
                 _ = wake.changed() => {
                     let note: Note = wake.borrow_and_update().clone();
-                    match note.payload.as_deref().and_then(QueueNote::parse) {
+                    match self.group.queue_note(&note).as_deref() {
                         // A reconnect (messages may be lost) or a message
                         // we cannot read: look for ourselves.
                         None => true,
