@@ -1,7 +1,10 @@
-//! What the lock family's routes share (`/locks`, `/fair-locks`): path and
-//! body types, the grant, the blocking acquire as an [`Acquisition`], the
-//! five handlers, and [`lock_routes!`], which gives each kind its five
-//! routes with their OpenAPI operations (utoipa needs literal paths).
+//! What the lock family's routes share (`/locks`, `/fair-locks`, and for
+//! `/rwlocks` all but the acquires): path and body types, the grant, a
+//! checked acquire request, the blocking acquire of a lock as an
+//! [`Acquisition`], the handlers of holds and objects generic over
+//! [`HoldApi`], and the macros that give each resource its routes with
+//! their OpenAPI operations ([`lock_routes!`], [`hold_routes!`]; utoipa
+//! needs literal paths and concrete types).
 
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -182,7 +185,7 @@ pub fn created(location: &str, grant: Value) -> Response {
 }
 
 /// The heartbeat's lease, when the body names one.
-pub fn heartbeat_lease(state: &AppState, body: &HeartbeatRequest) -> Result<Option<u64>, ApiError> {
+fn heartbeat_lease(state: &AppState, body: &HeartbeatRequest) -> Result<Option<u64>, ApiError> {
     body.lease_ms
         .map(|m| lease_from(state, Some(m)))
         .transpose()
@@ -342,7 +345,7 @@ pub async fn acquire(
     .await
 }
 
-pub fn not_held() -> ApiError {
+fn not_held() -> ApiError {
     ApiError::not_held("this holder does not hold the lock (released, expired, or never acquired)")
 }
 
