@@ -300,7 +300,13 @@ impl Acquisition for LockAcquisition {
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
         let mut problem = ApiError::lock_held(blocked.retry_after_ms);
-        problem.problem.position = blocked.position;
+        if let Some(position) = blocked.position {
+            problem.problem.detail = format!(
+                "the lock is held, or waiters are queued ahead: {position} ahead of this holder; \
+                 poll again with the same holder within the queue grace to keep the place"
+            );
+            problem.problem.position = Some(position);
+        }
         problem
     }
 
