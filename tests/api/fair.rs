@@ -354,3 +354,39 @@ async fn fair_locks_reenter_renew_report_and_force_unlock_like_locks() {
     )
     .await;
 }
+
+/// Queued waiters (fair lock and rwlock writer) outlive a short Redis
+/// restart: the restart loses the holds and the queue, the hub's
+/// reconnect makes every waiter look again, and each is granted.
+#[tokio::test]
+async fn queued_waiters_survive_a_short_redis_restart() {
+    let mut redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let kinds = [
+        ("/fair-locks/rs/acquire", "/fair-locks/rs"),
+        ("/rwlocks/rs/write/acquire", "/rwlocks/rs"),
+    ];
+    let mut waiting = Vec::new();
+    for (acquire, state) in kinds {
+        let held = app
+            .post(acquire, json!({"holder": "x", "lease_ms": 60000}))
+            .await;
+        assert_eq!(held.status(), 201, "{acquire}");
+        waiting.push(app.spawn_post(acquire, json!({"holder": "w", "wait_ms": 8000})));
+        let queued = eventually(Duration::from_secs(3), || async {
+            app.get_json(state).await["waiters"] == 1
+        })
+        .await;
+        assert!(queued, "{acquire} waits");
+    }
+    let started = Instant::now();
+    redis.restart().expect("redis restarts");
+    for waiter in waiting {
+        let response = waiter.await.unwrap();
+        assert_eq!(response.status(), 201, "{:?}", response.text().await);
+    }
+    // Sooner than their own re-check (half the 5 s grace): the reconnect
+    // woke them.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "granted after {took:?}");
+}
