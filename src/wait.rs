@@ -516,13 +516,10 @@ impl Waiter {
         let mut current = (first, Instant::now());
         let mut failing: Option<StoreError> = None;
         // A wake message sent between our first try and the subscription
-        // above is lost to us; only the first two in line could have been
-        // let go in that window, so they look once more at once.
-        let mut recheck = if first.position.is_some_and(|p| p <= 1) {
-            Instant::now()
-        } else {
-            recheck_after(&place)
-        };
+        // above is lost to us (it may have let us go: the head of a fair
+        // lock, every reader before a writer), so we look once more at
+        // once. One try per arrival, none per handoff.
+        let mut recheck = Instant::now();
         let mut backoff = Backoff::default();
         let now = Instant::now();
         let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
