@@ -3,7 +3,7 @@
 //! checked acquire request, the blocking acquire of a lock as an
 //! [`Acquisition`], the handlers of holds and objects generic over
 //! [`HoldApi`], and the macros that give each resource its routes with
-//! their OpenAPI operations ([`lock_routes!`], [`hold_routes!`]; utoipa
+//! their OpenAPI operations (`lock_routes!`, `hold_routes!`; utoipa
 //! needs literal paths and concrete types).
 
 use axum::Json;
@@ -357,7 +357,7 @@ fn not_held() -> ApiError {
 
 /// What a lock-like resource answers to the operations on holds and on
 /// the object: the handlers below are generic over it, and
-/// [`hold_routes!`] gives each resource these four routes.
+/// `hold_routes!` gives each resource these four routes.
 pub trait HoldApi: Sync {
     /// The 200 body of a heartbeat.
     type Renewed: Serialize;
@@ -499,7 +499,7 @@ pub async fn force_unlock<H: HoldApi>(
     Ok(Json(ForceUnlock { released }))
 }
 
-/// The five routes of one lock kind: its acquire, and [`hold_routes!`]
+/// The five routes of one lock kind: its acquire, and `hold_routes!`
 /// for the rest. Arguments: the `AppState` field of the kind, the tag, the
 /// four paths, what a 409 means for it, and an SSE example.
 macro_rules! lock_routes {
