@@ -20,7 +20,8 @@
 //! [`WaitMode::Queue`] every waiter waits on its own for the wake message
 //! that names its ticket (see [`QueueNote`]): a release wakes only the
 //! head, wherever it waits, and the other waiters update their position
-//! from the same message without asking Redis.
+//! from the same message without asking Redis. Locally, one task per
+//! object reads each message and wakes only the waiters it concerns.
 //!
 //! Time: every wait has a deadline fixed when its request arrived. Each try
 //! is bounded by the time left (at least [`MIN_TRY`]). Once a wait has its
@@ -33,9 +34,10 @@
 //! Everything here is cancel-safe — the baton queue entry, the group
 //! membership and the admission slot are released by Drop.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -219,28 +221,109 @@ struct Inner {
 }
 
 struct Group {
-    /// How the members wait.
-    mode: WaitMode,
     /// Shared interest in the object's wake channel.
     subscription: Subscription,
     /// FIFO baton: only its holder talks to Redis for this object.
     baton: tokio::sync::Mutex<()>,
     /// The lead's latest observation, shared with the queued members.
     latest: watch::Sender<Latest>,
-    /// [`WaitMode::Queue`]: the latest wake message, read once for all
-    /// members (by its note's sequence number).
-    parsed: parking_lot::Mutex<(u64, Option<Arc<QueueNote>>)>,
+    /// [`WaitMode::Queue`]: who waits for which ticket, and the latest
+    /// wake message (see [`Desk`]).
+    desk: Option<Arc<Desk>>,
 }
 
-impl Group {
-    /// The queue message of `note`, parsed by the first member that asks.
-    fn queue_note(&self, note: &Note) -> Option<Arc<QueueNote>> {
-        let mut parsed = self.parsed.lock();
-        if parsed.0 != note.seq {
-            let read = note.payload.as_deref().and_then(QueueNote::parse);
-            *parsed = (note.seq, read.map(Arc::new));
+/// The local side of a queue kept in Redis ([`WaitMode::Queue`]): one task
+/// per object and instance reads each wake message once and wakes only
+/// the waiters it concerns — those it lets go, those whose entry is gone,
+/// the first two in line, and waiters that report their position (SSE)
+/// when it changed. A handoff among many long-polls wakes one or two
+/// tasks, not all of them.
+#[derive(Default)]
+struct Desk {
+    /// seat id → the waiter sitting there.
+    seats: parking_lot::Mutex<HashMap<u64, Seat>>,
+    /// The latest wake message; `None` after a reconnect (look, all of you).
+    note: parking_lot::Mutex<Option<Arc<QueueNote>>>,
+    next_seat: AtomicU64,
+}
+
+struct Seat {
+    ticket: u64,
+    /// The position the waiter last knew.
+    position: Option<u64>,
+    /// Whether it reports positions (SSE `waiting` events).
+    reports: bool,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Desk {
+    /// Reads the group's wake messages until the subscription or the
+    /// group ends.
+    async fn serve(desk: std::sync::Weak<Self>, mut messages: watch::Receiver<Note>) {
+        while messages.changed().await.is_ok() {
+            let Some(desk) = desk.upgrade() else { return };
+            let note = messages.borrow_and_update().clone();
+            let parsed = note
+                .payload
+                .as_deref()
+                .and_then(QueueNote::parse)
+                .map(Arc::new);
+            *desk.note.lock() = parsed.clone();
+            for seat in desk.seats.lock().values() {
+                if concerns(parsed.as_deref(), seat) {
+                    seat.wake.notify_one();
+                }
+            }
         }
-        parsed.1.clone()
+    }
+
+    fn sit(
+        &self,
+        ticket: u64,
+        position: Option<u64>,
+        reports: bool,
+    ) -> (u64, Arc<tokio::sync::Notify>) {
+        let id = self.next_seat.fetch_add(1, Ordering::Relaxed);
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let seat = Seat {
+            ticket,
+            position,
+            reports,
+            wake: wake.clone(),
+        };
+        self.seats.lock().insert(id, seat);
+        (id, wake)
+    }
+
+    fn update(&self, id: u64, ticket: u64, position: Option<u64>) {
+        if let Some(seat) = self.seats.lock().get_mut(&id) {
+            seat.ticket = ticket;
+            seat.position = position;
+        }
+    }
+}
+
+/// Whether a wake message (`None`: a reconnect) concerns a seated waiter.
+fn concerns(note: Option<&QueueNote>, seat: &Seat) -> bool {
+    let Some(n) = note else { return true };
+    if seat.ticket <= n.limit {
+        return true;
+    }
+    match n.tickets.iter().position(|t| *t == seat.ticket) {
+        Some(i) => i <= 1 || (seat.reports && seat.position != Some(i as u64)),
+        None => n.tickets.len() < QUEUE_SHOWN,
+    }
+}
+
+/// Leaves the desk when the wait ends, however it ends.
+struct Seated<'a> {
+    desk: &'a Desk,
+    id: u64,
+}
+
+impl Drop for Seated<'_> {
+    fn drop(&mut self) {
+        self.desk.seats.lock().remove(&self.id);
     }
 }
 
@@ -250,6 +333,9 @@ pub struct Waiter {
     group: Arc<Group>,
     channel: String,
     engine: Arc<Inner>,
+    /// Whether its caller reports progress (SSE); a long-poll does not, so
+    /// a queue's position changes need not wake it.
+    reports: bool,
 }
 
 impl Drop for Waiter {
@@ -299,18 +385,24 @@ impl WaitEngine {
         self.inner.metrics.waiters.inc();
         let group = self.inner.groups.join(channel, || {
             self.inner.metrics.waiting_objects.inc();
+            let subscription = self.inner.hub.subscribe(channel);
+            let desk = (mode == WaitMode::Queue).then(|| {
+                let desk = Arc::new(Desk::default());
+                tokio::spawn(Desk::serve(Arc::downgrade(&desk), subscription.receiver()));
+                desk
+            });
             Arc::new(Group {
-                mode,
-                subscription: self.inner.hub.subscribe(channel),
+                subscription,
                 baton: tokio::sync::Mutex::new(()),
                 latest: watch::Sender::new(Latest::default()),
-                parsed: parking_lot::Mutex::new((0, None)),
+                desk,
             })
         });
         Ok(Waiter {
             group,
             channel: channel.to_string(),
             engine: self.inner.clone(),
+            reports: true,
         })
     }
 
@@ -386,6 +478,13 @@ impl Backoff {
 }
 
 impl Waiter {
+    /// Says whether the caller reports progress (SSE); a long-poll says no,
+    /// so that a queue's position changes do not wake it for nothing.
+    pub fn reporting(mut self, reports: bool) -> Self {
+        self.reports = reports;
+        self
+    }
+
     /// Waits until `attempt` grants, `deadline` passes, or shutdown.
     ///
     /// `first` is what the caller's first try returned.
@@ -402,11 +501,9 @@ impl Waiter {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>, StoreError>>,
     {
-        if self.group.mode == WaitMode::Queue
-            && let Some(place) = first.place
-        {
+        if let (Some(desk), Some(place)) = (self.group.desk.clone(), first.place) {
             return self
-                .wait_queued(deadline, first, place, attempt, progress)
+                .wait_queued(&desk, deadline, first, place, attempt, progress)
                 .await;
         }
         let shutdown = self.engine.shutdown.clone();
@@ -501,6 +598,7 @@ impl Waiter {
     /// our ticket go (or our own re-check time), then try.
     async fn wait_queued<T, F, Fut>(
         self,
+        desk: &Desk,
         deadline: Instant,
         first: Blocked,
         mut place: Place,
@@ -512,7 +610,8 @@ impl Waiter {
         Fut: Future<Output = Result<Attempt<T>, StoreError>>,
     {
         let shutdown = self.engine.shutdown.clone();
-        let mut wake = self.group.subscription.receiver();
+        let (seat, wake) = desk.sit(place.ticket, first.position, self.reports);
+        let _seated = Seated { desk, id: seat };
         let mut current = (first, Instant::now());
         let mut failing: Option<StoreError> = None;
         // A wake message sent between our first try and the subscription
@@ -533,9 +632,9 @@ impl Waiter {
                         None => Ok(Outcome::TimedOut(aged(current.0, current.1))),
                     };
                 }
-                _ = wake.changed() => {
-                    let note: Note = wake.borrow_and_update().clone();
-                    match self.group.queue_note(&note).as_deref() {
+                _ = wake.notified() => {
+                    let note = desk.note.lock().clone();
+                    match note.as_deref() {
                         // A reconnect (messages may be lost) or a message
                         // we cannot read: look for ourselves.
                         None => true,
@@ -545,6 +644,7 @@ impl Waiter {
                                 let position = i as u64;
                                 if current.0.position != Some(position) {
                                     current.0.position = Some(position);
+                                    desk.update(seat, place.ticket, current.0.position);
                                     progress(aged(current.0, current.1));
                                 }
                                 if position == 1 && n.due > 0 {
@@ -588,6 +688,7 @@ impl Waiter {
                     current = (now_blocked, Instant::now());
                     // A try always answers with a place in this mode.
                     place = now_blocked.place.unwrap_or(place);
+                    desk.update(seat, place.ticket, current.0.position);
                     recheck = recheck_after(&place);
                 }
                 Err(e) if e.is_transient() => {

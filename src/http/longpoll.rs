@@ -155,6 +155,7 @@ pub async fn respond<A: Acquisition>(
             armed: true,
         };
         let outcome = waiter
+            .reporting(false)
             .wait(deadline, blocked, || guarded_try(&acquisition), |_| {})
             .await;
         left.disarm();

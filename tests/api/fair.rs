@@ -119,32 +119,45 @@ async fn position_counts_down_in_409s_and_in_sse_waiting_events() {
         .send()
         .await
         .unwrap();
-    let events = tokio::spawn(read_sse(stream));
-    wait_for_fair_waiters(&b, "p", 1).await;
+    let mut events = sse_events(stream);
+    // Each change of position is awaited before the next step, so a
+    // step's event cannot be superseded by the next one. (A `waiting`
+    // event may repeat a position: the hint it carries moved.)
+    let mut seen = None;
+    let mut next_position = async || loop {
+        let (event, data) = tokio::time::timeout(Duration::from_secs(5), events.recv())
+            .await
+            .expect("an event within 5 s")
+            .expect("the stream is open");
+        assert_eq!(event, "waiting", "{data}");
+        let position = data["position"].as_u64().expect("position in waiting");
+        if seen != Some(position) {
+            seen = Some(position);
+            return position;
+        }
+    };
+    assert_eq!(next_position().await, 2);
 
     // Each step frees the head's turn; the head (polling again within the
     // grace) takes it, then lets go.
     fair_release(&a, "p", "owner").await;
     let grant = fair_acquire(&a, "p", json!({"holder": "w1", "wait_ms": 5000})).await;
     assert_eq!(grant.status(), 201);
+    assert_eq!(next_position().await, 1);
     assert_queued(fair_acquire(&b, "p", json!({"holder": "w2"})).await, 0).await;
     fair_release(&a, "p", "w1").await;
     let grant = fair_acquire(&b, "p", json!({"holder": "w2", "wait_ms": 5000})).await;
     assert_eq!(grant.status(), 201);
+    assert_eq!(next_position().await, 0);
     fair_release(&b, "p", "w2").await;
-
-    let events = events.await.unwrap();
-    let (last, grant) = events.last().unwrap();
-    assert_eq!(last, "acquired", "{events:?}");
+    let (last, grant) = loop {
+        let event = events.recv().await.expect("a final event");
+        if event.0 != "waiting" {
+            break event;
+        }
+    };
+    assert_eq!(last, "acquired", "{grant}");
     assert_eq!(grant["holder"], "w3");
-    let positions: Vec<u64> = events
-        .iter()
-        .filter(|(e, _)| e == "waiting")
-        .map(|(_, d)| d["position"].as_u64().expect("position in waiting"))
-        .collect();
-    let mut distinct = positions.clone();
-    distinct.dedup();
-    assert_eq!(distinct, vec![2, 1, 0], "positions seen: {positions:?}");
 }
 
 #[tokio::test]

@@ -234,32 +234,43 @@ pub async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnectio
 /// Reads a Server-Sent Events response into `(event, data)` pairs until
 /// the stream ends (comments and keep-alives are skipped).
 pub async fn read_sse(response: Response) -> Vec<(String, Value)> {
+    let mut events = sse_events(response);
+    let mut all = Vec::new();
+    while let Some(event) = events.recv().await {
+        all.push(event);
+    }
+    all
+}
+
+/// The `(event, data)` pairs of a Server-Sent Events response as they
+/// arrive (the channel closes when the stream ends).
+pub fn sse_events(response: Response) -> tokio::sync::mpsc::UnboundedReceiver<(String, Value)> {
     use futures_util::StreamExt;
-    let mut stream = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&chunk.expect("stream chunk")));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let mut name = String::from("message");
-            let mut data = String::new();
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("event:") {
-                    name = v.trim().to_string();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.trim_start());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = response.bytes_stream();
+        let mut buffer = String::new();
+        while let Some(chunk) = stream.next().await {
+            buffer.push_str(&String::from_utf8_lossy(&chunk.expect("stream chunk")));
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let mut name = String::from("message");
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if !data.is_empty() {
+                    let data = serde_json::from_str(&data).expect("event data is JSON");
+                    let _ = tx.send((name, data));
                 }
             }
-            if !data.is_empty() {
-                events.push((
-                    name,
-                    serde_json::from_str(&data).expect("event data is JSON"),
-                ));
-            }
         }
-    }
-    events
+    });
+    rx
 }
 
 /// Polls `check` until it returns true or `within` passes.
