@@ -303,15 +303,42 @@ impl Desk {
     }
 }
 
-/// Whether a wake message (`None`: a reconnect) concerns a seated waiter.
-fn concerns(note: Option<&QueueNote>, seat: &Seat) -> bool {
-    let Some(n) = note else { return true };
-    if seat.ticket <= n.limit {
-        return true;
+/// What a wake message (`None`: a reconnect) says to the waiter holding
+/// `ticket`. The desk and the waiter read it the same way.
+enum Reading {
+    /// Try now: let go, or after a reconnect, or its entry is gone (the
+    /// message lists the whole queue and not its ticket: enter again).
+    Go,
+    /// Still queued at `position`; `due` as in [`QueueNote`].
+    At { position: u64, due: u64 },
+    /// Queued beyond the tickets the message lists.
+    Behind,
+}
+
+fn reading(note: Option<&QueueNote>, ticket: u64) -> Reading {
+    let Some(n) = note else { return Reading::Go };
+    if ticket <= n.limit {
+        return Reading::Go;
     }
-    match n.tickets.iter().position(|t| *t == seat.ticket) {
-        Some(i) => i <= 1 || (seat.reports && seat.position != Some(i as u64)),
-        None => n.tickets.len() < QUEUE_SHOWN,
+    match n.tickets.iter().position(|t| *t == ticket) {
+        Some(i) => Reading::At {
+            position: i as u64,
+            due: n.due,
+        },
+        None if n.tickets.len() < QUEUE_SHOWN => Reading::Go,
+        None => Reading::Behind,
+    }
+}
+
+/// Whether a wake message concerns a seated waiter: it must try, it is
+/// one of the first two in line, or it reports positions and its own moved.
+fn concerns(note: Option<&QueueNote>, seat: &Seat) -> bool {
+    match reading(note, seat.ticket) {
+        Reading::Go => true,
+        Reading::At { position, .. } => {
+            position <= 1 || (seat.reports && seat.position != Some(position))
+        }
+        Reading::Behind => false,
     }
 }
 
@@ -634,32 +661,23 @@ impl Waiter {
                 }
                 _ = wake.notified() => {
                     let note = desk.note.lock().clone();
-                    match note.as_deref() {
-                        // A reconnect (messages may be lost) or a message
-                        // we cannot read: look for ourselves.
-                        None => true,
-                        Some(n) if place.ticket <= n.limit => true,
-                        Some(n) => match n.tickets.iter().position(|t| *t == place.ticket) {
-                            Some(i) => {
-                                let position = i as u64;
-                                if current.0.position != Some(position) {
-                                    current.0.position = Some(position);
-                                    desk.update(seat, place.ticket, current.0.position);
-                                    progress(aged(current.0, current.1));
-                                }
-                                if position == 1 && n.due > 0 {
-                                    recheck = recheck.min(
-                                        Instant::now() + Duration::from_millis(n.due + 1),
-                                    );
-                                }
-                                // A new head asks once, to learn when the
-                                // holder's lease ends.
-                                position == 0
+                    match reading(note.as_deref(), place.ticket) {
+                        Reading::Go => true,
+                        Reading::At { position, due } => {
+                            if current.0.position != Some(position) {
+                                current.0.position = Some(position);
+                                desk.update(seat, place.ticket, current.0.position);
+                                progress(aged(current.0, current.1));
                             }
-                            // Listed in full and we are not in it: our entry
-                            // is gone (e.g. Redis lost it); enter again.
-                            None => n.tickets.len() < QUEUE_SHOWN,
-                        },
+                            if position == 1 && due > 0 {
+                                recheck = recheck
+                                    .min(Instant::now() + Duration::from_millis(due + 1));
+                            }
+                            // A new head asks once, to learn when the
+                            // holder's lease ends.
+                            position == 0
+                        }
+                        Reading::Behind => false,
                     }
                 }
                 _ = sleep_until(recheck) => true,
@@ -730,6 +748,21 @@ mod tests {
             Duration::from_millis(50),
         );
         (WaitEngine::new(hub.clone(), 10_000, shutdown, metrics), hub)
+    }
+
+    /// A queued waiter that goes away leaves nothing subscribed: its
+    /// group, the desk and the hub's channel entry all go with it.
+    #[tokio::test]
+    async fn a_departed_queued_waiter_leaves_nothing_subscribed() {
+        let (engine, hub) = engine();
+        let waiter = engine.admit("t:q", WaitMode::Queue).unwrap();
+        let desk = Arc::downgrade(waiter.group.desk.as_ref().expect("a queue has a desk"));
+        assert_eq!(hub.channels(), 1);
+        drop(waiter);
+        tokio::task::yield_now().await;
+        assert!(desk.upgrade().is_none(), "the desk is gone");
+        assert_eq!(hub.channels(), 0, "the channel entry is gone");
+        assert_eq!(engine.waiters_on("t:q"), 0);
     }
 
     #[test]

@@ -46,11 +46,6 @@ pub struct LockState {
     pub fencing_token: u64,
 }
 
-/// How long an undo's marker keeps a late copy of its attempt from
-/// granting. Far longer than any reply can be late: a try is bounded by
-/// the Redis response timeout.
-const UNDO_MARKER_MS: &str = "60000";
-
 /// Used when a blocker has no TTL at all (someone PERSISTed our key by
 /// hand): waiters then re-check once a second instead of spinning.
 const NO_TTL_RECHECK_MS: u64 = 1000;
@@ -172,16 +167,8 @@ impl Locks {
         holder: &str,
         attempt: &AttemptId,
     ) -> Result<bool, StoreError> {
-        let keys = self.layout.keys(name, Some(attempt), &[]);
-        let args = self
-            .layout
-            .args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
-        let undone: i64 = self
-            .layout
-            .store
-            .write_repeatable(self.scripts().undo, &keys[..], &args)
-            .await?;
-        Ok(undone == 1)
+        let script = self.scripts().undo;
+        self.layout.undo(script, name, holder, attempt, &[]).await
     }
 
     /// A waiter's request ended without a grant before its deadline (its

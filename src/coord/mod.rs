@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::Value;
 
-use crate::store::{Store, StoreError, reply_u64, scripts};
+use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Names one grant attempt, unique across instances and restarts: a random
 /// per-process prefix and a counter. The acquire script records the id of
@@ -172,7 +172,29 @@ impl Layout {
     }
 }
 
+/// How long an undo's marker keeps a late copy of its attempt from
+/// granting. Far longer than any reply can be late: a try is bounded by
+/// the Redis response timeout.
+const UNDO_MARKER_MS: &str = "60000";
+
 impl Layout {
+    /// Runs an undo script (`scripts/lock_undo.lua`, `scripts/rw_undo.lua`)
+    /// for `attempt`: gives back exactly what it granted, if anything (true
+    /// then), and leaves a marker so that a late copy grants nothing.
+    pub async fn undo(
+        &self,
+        script: &Script,
+        name: &str,
+        holder: &str,
+        attempt: &AttemptId,
+        extra: &[&str],
+    ) -> Result<bool, StoreError> {
+        let keys = self.keys(name, Some(attempt), extra);
+        let args = self.args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
+        let undone: i64 = self.store.write_repeatable(script, &keys, &args).await?;
+        Ok(undone == 1)
+    }
+
     /// A waiter's request ended before its deadline without a grant: its
     /// queue entry (`member`) now lapses one grace from now, so a client
     /// that polls again in time keeps its place.

@@ -14,10 +14,6 @@ use redis::Value;
 use super::{Attempt, AttemptId, Layout, Refusal, queued};
 use crate::store::{Store, StoreError, reply_u64, scripts};
 
-/// How long an undo's marker keeps a late copy of its attempt from
-/// granting (as for locks).
-const UNDO_MARKER_MS: &str = "60000";
-
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -153,15 +149,10 @@ impl RwLocks {
         holder: &str,
         attempt: &AttemptId,
     ) -> Result<bool, StoreError> {
-        let args = self
-            .layout
-            .args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
-        let undone: i64 = self
-            .layout
-            .store
-            .write_repeatable(&scripts::RW_UNDO, &self.keys(name, Some(attempt)), &args)
-            .await?;
-        Ok(undone == 1)
+        let script = &scripts::RW_UNDO;
+        self.layout
+            .undo(script, name, holder, attempt, &["readers"])
+            .await
     }
 
     /// A waiter for `mode` left before its deadline: its queue entry now
