@@ -405,8 +405,8 @@ async fn bad_rwlock_inputs_get_problems() {
     )
     .await;
     granted(read(&app, "ok", json!({"holder": "h"})).await).await;
-    let r = release(&app, "ok", "h", "?mode=sideways").await;
-    assert_eq!(r.status(), 400);
+    let bad_mode = release(&app, "ok", "h", "?mode=sideways").await;
+    assert_problem(bad_mode, 400, "invalid-body").await;
     assert_problem(
         release(&app, "ok", "h", "?mode=write").await,
         404,
