@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::coord::locks::{LockKind, Locks};
 use crate::coord::rwlocks::RwLocks;
+use crate::coord::semaphores::Semaphores;
 use crate::http;
 use crate::metrics::Metrics;
 use crate::state::AppState;
@@ -55,6 +56,7 @@ impl Application {
             locks: Locks::new(store.clone(), LockKind::Plain),
             fair_locks: Locks::new(store.clone(), LockKind::Fair { grace_ms }),
             rwlocks: RwLocks::new(store.clone(), grace_ms),
+            semaphores: Semaphores::new(store.clone(), grace_ms),
             store,
             engine,
             metrics,

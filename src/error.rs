@@ -359,6 +359,15 @@ impl From<WaitError> for ApiError {
                 "this holder reads the rwlock together with other readers; a write would wait \
                  for itself. Release the read hold first, then acquire the write lock",
             ),
+            WaitError::Refused(Refusal::NotFound) => ApiError::not_found(
+                "no such object: it was never configured, or it was deleted (while this \
+                 request waited, or before)",
+            ),
+            WaitError::Refused(Refusal::MoreThan(permits)) => ApiError::out_of_range(format!(
+                "permits must be at most the semaphore's {permits} permits; a request for \
+                 more could never be granted"
+            ))
+            .with_field("permits"),
         }
     }
 }

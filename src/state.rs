@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::coord::locks::Locks;
 use crate::coord::rwlocks::RwLocks;
+use crate::coord::semaphores::Semaphores;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::wait::WaitEngine;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub fair_locks: Locks,
     /// Read-write locks (`/rwlocks`).
     pub rwlocks: RwLocks,
+    /// Semaphores with leased permits (`/semaphores`).
+    pub semaphores: Semaphores,
     /// The service's Prometheus registry.
     pub metrics: Metrics,
     /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.

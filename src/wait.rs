@@ -75,18 +75,29 @@ pub enum WaitMode {
     Queue,
 }
 
-/// A queue's wake message: `<limit>|<due>|<t1>,<t2>,...`.
+/// A queue's wake message: `<limit>|<due>|<t1>,<t2>,...[|<s1>,<s2>,...]`.
 ///
-/// - `limit`: waiters whose ticket is at most this may try now (0: none).
+/// - `limit`: waiters whose ticket is at most this may try now (0: none),
+///   except those listed in `skip`.
 /// - `due`: ms until the waiter allowed to go loses its place (its entry's
 ///   grace runs out), after which the next in line may go; 0 when none.
 /// - `t1, t2, ...`: the first tickets of the queue in order, so a waiter
 ///   finds its position without asking Redis.
+/// - `s1, s2, ...` (optional): tickets up to `limit` that stay put (a
+///   semaphore's waiters passed over by later ones that fit).
 #[derive(Debug, PartialEq, Eq)]
 pub struct QueueNote {
     pub limit: u64,
     pub due: u64,
     pub tickets: Vec<u64>,
+    pub skip: Vec<u64>,
+}
+
+fn ticket_list(list: &str) -> Option<Vec<u64>> {
+    match list {
+        "" => Some(Vec::new()),
+        list => list.split(',').map(|t| t.parse().ok()).collect(),
+    }
 }
 
 /// How many tickets a wake message lists at most (the scripts' `SHOWN`).
@@ -97,18 +108,16 @@ impl QueueNote {
         let mut parts = payload.split('|');
         let limit = parts.next()?.parse().ok()?;
         let due = parts.next()?.parse().ok()?;
-        let tickets = match parts.next()? {
-            "" => Vec::new(),
-            list => list
-                .split(',')
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?,
-        };
+        let tickets = ticket_list(parts.next()?)?;
+        let skip = ticket_list(parts.next().unwrap_or(""))?;
+        if parts.next().is_some() {
+            return None;
+        }
         Some(QueueNote {
             limit,
             due,
             tickets,
+            skip,
         })
     }
 }
@@ -317,7 +326,7 @@ enum Reading {
 
 fn reading(note: Option<&QueueNote>, ticket: u64) -> Reading {
     let Some(n) = note else { return Reading::Go };
-    if ticket <= n.limit {
+    if ticket <= n.limit && !n.skip.contains(&ticket) {
         return Reading::Go;
     }
     match n.tickets.iter().position(|t| *t == ticket) {
@@ -772,7 +781,17 @@ mod tests {
             Some(QueueNote {
                 limit: 7,
                 due: 120,
-                tickets: vec![7, 9, 12]
+                tickets: vec![7, 9, 12],
+                skip: vec![]
+            })
+        );
+        assert_eq!(
+            QueueNote::parse("12|0|7,9,12|7"),
+            Some(QueueNote {
+                limit: 12,
+                due: 0,
+                tickets: vec![7, 9, 12],
+                skip: vec![7]
             })
         );
         assert_eq!(
@@ -780,10 +799,19 @@ mod tests {
             Some(QueueNote {
                 limit: 0,
                 due: 0,
-                tickets: vec![]
+                tickets: vec![],
+                skip: vec![]
             })
         );
-        for garbage in ["free", "", "1|2", "1|x|3", "1|2|3,,4"] {
+        for garbage in [
+            "free",
+            "",
+            "1|2",
+            "1|x|3",
+            "1|2|3,,4",
+            "1|2|3|x",
+            "1|2|3|4|5",
+        ] {
             assert_eq!(QueueNote::parse(garbage), None, "{garbage:?}");
         }
     }

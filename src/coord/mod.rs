@@ -10,6 +10,7 @@
 
 pub mod locks;
 pub mod rwlocks;
+pub mod semaphores;
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +62,8 @@ pub struct Blocked {
     pub position: Option<u64>,
     /// The waiter's place in a queue kept in Redis, where there is one.
     pub place: Option<Place>,
+    /// Permits available right now, where the resource counts permits.
+    pub available: Option<u64>,
 }
 
 /// A waiter's entry in a queue kept in Redis (fair locks): the engine
@@ -98,6 +101,12 @@ pub enum Refusal {
     /// A reader asked to write while other readers hold the rwlock: it
     /// would wait for itself.
     UpgradeWouldDeadlock,
+    /// The object does not exist (a semaphore never configured, or
+    /// deleted while the request waited).
+    NotFound,
+    /// The request asks for more than the object has (`permits` of a
+    /// semaphore that has only this many).
+    MoreThan(u64),
 }
 
 /// How one object's keys are named and what its scripts get first: the
@@ -222,6 +231,7 @@ pub(crate) fn queued(reply: &[Value]) -> Result<Blocked, StoreError> {
                     ticket: reply_u64(ticket, "ticket")?,
                     recheck_ms: (recheck > 0).then_some(recheck),
                 }),
+                available: None,
             })
         }
         other => Err(StoreError::Unexpected(format!(

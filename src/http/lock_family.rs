@@ -351,10 +351,6 @@ pub async fn acquire(
     .await
 }
 
-fn not_held() -> ApiError {
-    ApiError::not_held("this holder does not hold the lock (released, expired, or never acquired)")
-}
-
 /// What a lock-like resource answers to the operations on holds and on
 /// the object: the handlers below are generic over it, and
 /// `hold_routes!` gives each resource these four routes.
@@ -367,6 +363,12 @@ pub trait HoldApi: Sync {
     type Released: Serialize;
     /// The 200 body of a state read.
     type Status: Serialize;
+    /// The 200 body of removing the object's holds (force unlock, delete).
+    type Removed: Serialize;
+
+    /// The detail of a 404 `not-held`.
+    const NOT_HELD: &'static str =
+        "this holder does not hold the lock (released, expired, or never acquired)";
 
     /// The pub/sub channel its waiters wait on (to count them).
     fn wake_channel(&self, name: &str) -> String;
@@ -390,10 +392,10 @@ pub trait HoldApi: Sync {
         &self,
         name: String,
         waiters: u64,
-    ) -> impl Future<Output = Result<Self::Status, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Self::Status, ApiError>> + Send;
 
-    /// Removes every hold; true when something was held.
-    fn unlock(&self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Removes every hold (and whatever else the object has).
+    fn unlock(&self, name: &str) -> impl Future<Output = Result<Self::Removed, StoreError>> + Send;
 }
 
 impl HoldApi for Locks {
@@ -401,6 +403,7 @@ impl HoldApi for Locks {
     type ReleaseQuery = ReleaseQuery;
     type Released = Release;
     type Status = LockStatus;
+    type Removed = ForceUnlock;
 
     fn wake_channel(&self, name: &str) -> String {
         Locks::wake_channel(self, name)
@@ -431,7 +434,7 @@ impl HoldApi for Locks {
         }))
     }
 
-    async fn status(&self, name: String, waiters: u64) -> Result<LockStatus, StoreError> {
+    async fn status(&self, name: String, waiters: u64) -> Result<LockStatus, ApiError> {
         let s = self.state(&name).await?;
         Ok(LockStatus {
             name,
@@ -443,8 +446,9 @@ impl HoldApi for Locks {
         })
     }
 
-    async fn unlock(&self, name: &str) -> Result<bool, StoreError> {
-        self.force_unlock(name).await
+    async fn unlock(&self, name: &str) -> Result<ForceUnlock, StoreError> {
+        let released = self.force_unlock(name).await?;
+        Ok(ForceUnlock { released })
     }
 }
 
@@ -460,7 +464,7 @@ pub async fn heartbeat<H: HoldApi>(
     let lease = heartbeat_lease(state, &body)?;
     match holds.renew(&path.name, &path.holder, lease).await? {
         Some(renewed) => Ok(Json(renewed)),
-        None => Err(not_held()),
+        None => Err(ApiError::not_held(H::NOT_HELD)),
     }
 }
 
@@ -474,7 +478,7 @@ pub async fn release<H: HoldApi>(
     check_holder_in_path(&path.holder)?;
     match holds.let_go(&path.name, &path.holder, query).await? {
         Some(released) => Ok(Json(released)),
-        None => Err(not_held()),
+        None => Err(ApiError::not_held(H::NOT_HELD)),
     }
 }
 
@@ -493,10 +497,9 @@ pub async fn state<H: HoldApi>(
 pub async fn force_unlock<H: HoldApi>(
     holds: &H,
     name: String,
-) -> Result<Json<ForceUnlock>, ApiError> {
+) -> Result<Json<H::Removed>, ApiError> {
     check_name(&name)?;
-    let released = holds.unlock(&name).await?;
-    Ok(Json(ForceUnlock { released }))
+    Ok(Json(holds.unlock(&name).await?))
 }
 
 /// The five routes of one lock kind: its acquire, and `hold_routes!`
@@ -517,7 +520,7 @@ macro_rules! lock_routes {
         use axum::response::Response;
 
         use $crate::http::lock_family::{
-            AcquireRequest, Grant, LockStatus, Release, ReleaseQuery,
+            AcquireRequest, ForceUnlock, Grant, LockStatus, Release, ReleaseQuery,
         };
         use $crate::http::responses::AcquireErrors;
 
@@ -567,6 +570,10 @@ macro_rules! lock_routes {
             query: ReleaseQuery,
             released: Release,
             status: LockStatus,
+            status_errors: NameErrors,
+            removed: ForceUnlock,
+            remove: "Force unlock: remove every hold, whoever holds it, and wake waiters.",
+            removed_description: "Unlocked (`released` is false if it was free)",
         }
     };
 }
@@ -586,16 +593,18 @@ macro_rules! hold_routes {
         renewed: $renewed:ty,
         query: $query:ty,
         released: $released:ty,
-        status: $status:ty $(,)?
+        status: $status:ty,
+        status_errors: $status_errors:ty,
+        removed: $removed:ty,
+        remove: $remove:literal,
+        removed_description: $removed_description:literal $(,)?
     ) => {
         use axum::Json;
         use axum::extract::State;
 
         use $crate::error::{ApiError, Problem};
         use $crate::http::extract::{ApiJson, ApiPath, ApiQuery};
-        use $crate::http::lock_family::{
-            self as family, ForceUnlock, HeartbeatRequest, HolderPath, NamePath,
-        };
+        use $crate::http::lock_family::{self as family, HeartbeatRequest, HolderPath, NamePath};
         use $crate::http::responses::{HoldErrors, NameErrors};
         use $crate::state::AppState;
 
@@ -646,7 +655,7 @@ macro_rules! hold_routes {
             params(NamePath),
             responses(
                 (status = 200, description = "The state", body = $status),
-                NameErrors,
+                $status_errors,
             )
         )]
         pub async fn state(
@@ -656,21 +665,21 @@ macro_rules! hold_routes {
             family::state(&state, &state.$field, path.name).await
         }
 
-        /// Force unlock: remove every hold, whoever holds it, and wake waiters.
+        #[doc = $remove]
         #[utoipa::path(
             delete,
             path = $object,
             tag = $tag,
             params(NamePath),
             responses(
-                (status = 200, description = "Unlocked (`released` is false if it was free)", body = ForceUnlock),
+                (status = 200, description = $removed_description, body = $removed),
                 NameErrors,
             )
         )]
         pub async fn force_unlock(
             State(state): State<AppState>,
             ApiPath(path): ApiPath<NamePath>,
-        ) -> Result<Json<ForceUnlock>, ApiError> {
+        ) -> Result<Json<$removed>, ApiError> {
             family::force_unlock(&state.$field, path.name).await
         }
     };

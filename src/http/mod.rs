@@ -13,6 +13,7 @@ mod openapi;
 pub(crate) mod responses;
 mod router;
 pub mod rwlocks;
+pub mod semaphores;
 
 pub use openapi::openapi;
 pub use router::router;

@@ -24,6 +24,11 @@ use crate::error::Problem;
             readers, each with its own lease; one writer; downgrade and sole-reader upgrade. \
             Waiters are served in arrival order across both modes, so a waiting writer is not \
             starved by new readers, and readers queued before it go first."),
+        (name = "semaphores", description = "Semaphores whose permits are all leased (Redisson \
+            RPermitExpirableSemaphore): a crashed client's permits come back when its lease \
+            ends. Configure with PUT first. Waiters are served in arrival order; a request that \
+            fits may overtake waiters that need more than is available, at most 16 times per \
+            waiter at the head of the queue, so large requests are never starved."),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(Problem)),

@@ -18,6 +18,36 @@ pub enum NameErrors {
     Unavailable(Problem),
 }
 
+/// Errors of reading an object that must exist.
+#[derive(IntoResponses)]
+#[allow(dead_code)] // documentation only: never built
+pub enum ObjectErrors {
+    /// Invalid name
+    #[response(status = 400, content_type = "application/problem+json")]
+    Invalid(Problem),
+    /// No such object
+    #[response(status = 404, content_type = "application/problem+json")]
+    NotFound(Problem),
+    /// Redis unavailable
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
+/// Errors of an operation that takes a JSON body and never waits.
+#[derive(IntoResponses)]
+#[allow(dead_code)] // documentation only: never built
+pub enum BodyErrors {
+    /// Invalid name, body or out-of-range value
+    #[response(status = 400, content_type = "application/problem+json")]
+    Invalid(Problem),
+    /// Body is not JSON
+    #[response(status = 415, content_type = "application/problem+json")]
+    NotJson(Problem),
+    /// Redis unavailable
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
 /// Errors of an operation on a holder's holds (heartbeat, release).
 #[derive(IntoResponses)]
 #[allow(dead_code)] // documentation only: never built

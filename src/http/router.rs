@@ -15,7 +15,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish};
-use super::{fair_locks, health, locks, rwlocks};
+use super::{fair_locks, health, locks, rwlocks, semaphores};
 use crate::config::CorsOrigins;
 use crate::state::AppState;
 
@@ -39,6 +39,14 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(rwlocks::heartbeat))
         .routes(routes!(rwlocks::release))
         .routes(routes!(rwlocks::state, rwlocks::force_unlock))
+        .routes(routes!(
+            semaphores::configure,
+            semaphores::state,
+            semaphores::force_unlock
+        ))
+        .routes(routes!(semaphores::acquire))
+        .routes(routes!(semaphores::heartbeat))
+        .routes(routes!(semaphores::release))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

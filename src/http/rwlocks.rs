@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::http::extract::wants_sse;
-use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, created};
+use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
 use crate::http::responses::AcquireErrors;
 use crate::store::StoreError;
@@ -284,6 +284,7 @@ impl HoldApi for RwLocks {
     type ReleaseQuery = RwReleaseQuery;
     type Released = RwRelease;
     type Status = RwLockStatus;
+    type Removed = ForceUnlock;
 
     fn wake_channel(&self, name: &str) -> String {
         RwLocks::wake_channel(self, name)
@@ -317,7 +318,7 @@ impl HoldApi for RwLocks {
         }))
     }
 
-    async fn status(&self, name: String, waiters: u64) -> Result<RwLockStatus, StoreError> {
+    async fn status(&self, name: String, waiters: u64) -> Result<RwLockStatus, ApiError> {
         let s = self.state(&name).await?;
         Ok(RwLockStatus {
             name,
@@ -330,8 +331,9 @@ impl HoldApi for RwLocks {
         })
     }
 
-    async fn unlock(&self, name: &str) -> Result<bool, StoreError> {
-        self.force_unlock(name).await
+    async fn unlock(&self, name: &str) -> Result<ForceUnlock, StoreError> {
+        let released = self.force_unlock(name).await?;
+        Ok(ForceUnlock { released })
     }
 }
 
@@ -345,4 +347,8 @@ super::lock_family::hold_routes! {
     query: RwReleaseQuery,
     released: RwRelease,
     status: RwLockStatus,
+    status_errors: NameErrors,
+    removed: ForceUnlock,
+    remove: "Force unlock: remove every hold, whoever holds it, and wake waiters.",
+    removed_description: "Unlocked (`released` is false if it was free)",
 }

@@ -52,7 +52,8 @@ macro_rules! scripts {
 // A script is its files joined in order: the lock family's bodies run
 // after the hooks of a lock kind (`lock_plain`, `lock_fair`), so plain and
 // fair locks share every body; fair locks and read-write locks share the
-// queue of waiters (`queue`); every rwlock script starts from `rw`.
+// queue of waiters (`queue`) with semaphores; every rwlock script starts
+// from `rw`, every semaphore script from `sem`.
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock_acquire"],
     LOCK_UNDO => "lock_undo" = ["lock_plain", "lock_undo"],
@@ -71,4 +72,11 @@ scripts! {
     RW_RELEASE => "rw_release" = ["queue", "rw", "rw_release"],
     RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "rw", "rw_force_unlock"],
     RW_STATE => "rw_state" = ["queue", "rw", "rw_state"],
+    SEM_SET => "sem_set" = ["queue", "sem", "sem_set"],
+    SEM_ACQUIRE => "sem_acquire" = ["queue", "sem", "sem_acquire"],
+    SEM_UNDO => "sem_undo" = ["queue", "sem", "sem_undo"],
+    SEM_HEARTBEAT => "sem_heartbeat" = ["queue", "sem", "sem_heartbeat"],
+    SEM_RELEASE => "sem_release" = ["queue", "sem", "sem_release"],
+    SEM_STATE => "sem_state" = ["queue", "sem", "sem_state"],
+    SEM_DELETE => "sem_delete" = ["queue", "sem", "sem_delete"],
 }

@@ -10,5 +10,6 @@ mod model;
 mod ops;
 mod rwlocks;
 mod scripts;
+mod semaphores;
 mod topologies;
 mod waiting;

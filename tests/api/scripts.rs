@@ -71,6 +71,7 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
             retry_after_ms,
             position: None,
             place: None,
+            available: None,
         }) => {
             assert!(retry_after_ms > 2800 && retry_after_ms <= 3000)
         }

@@ -13,11 +13,13 @@
 -- ARGV[3]  queue grace in ms: how long an entry outlives its last poll
 -- ARGV[4]  time the request may still wait, in ms ('' where none)
 --
--- Wake messages on ARGV[1]: '<limit>|<due>|<t1>,<t2>,...' where t1.. are
--- the first tickets of the queue in order (positions), <limit> the highest
--- ticket that may try now (0: none) and <due> the ms until the first of
--- those loses its place (its grace runs out), after which the next in line
--- may go (0 when no one may go).
+-- Wake messages on ARGV[1]: '<limit>|<due>|<t1>,<t2>,...[|<s1>,<s2>,...]'
+-- where t1.. are the first tickets of the queue in order (positions),
+-- <limit> the highest ticket that may try now (0: none), <due> the ms
+-- until the first of those loses its place (its grace runs out), after
+-- which the next in line may go (0 when no one may go), and s1.. the
+-- tickets up to <limit> that may not go (where waiters may be passed
+-- over).
 --
 -- Every time here comes from Redis's clock (TIME), never a client's.
 local clock = redis.call('TIME')
@@ -61,8 +63,9 @@ local function first_entries()
 end
 
 -- Publishes the queue's order (nothing when it is empty) and lets the
--- entries up to ticket `limit` (a number; 0 for none) try now.
-local function announce(members, tickets, limit)
+-- entries up to ticket `limit` (a number; 0 for none) try now, except
+-- those in the optional list `skip` (semaphores: waiters passed over).
+local function announce(members, tickets, limit, skip)
   if not tickets[1] then
     return
   end
@@ -70,7 +73,11 @@ local function announce(members, tickets, limit)
   if limit > 0 then
     due = tonumber(redis.call('ZSCORE', KEYS[5], members[1])) - now
   end
-  redis.call('PUBLISH', ARGV[1], limit .. '|' .. due .. '|' .. table.concat(tickets, ','))
+  local note = limit .. '|' .. due .. '|' .. table.concat(tickets, ',')
+  if skip and skip[1] then
+    note = note .. '|' .. table.concat(skip, ',')
+  end
+  redis.call('PUBLISH', ARGV[1], note)
 end
 
 -- Keeps (or makes, at the tail) a member's entry; its deadline becomes

@@ -1,0 +1,225 @@
+//! Semaphores whose permits are all leased (Redisson
+//! RPermitExpirableSemaphore) as a plain Rust API over the store: a holder
+//! takes k permits under one lease, renews them with heartbeats and gives
+//! them back on release or when its lease lapses, so permits never leak.
+//! Waiters queue in arrival order; a request that fits may overtake
+//! waiters that do not, a bounded number of times (the policy is in
+//! `scripts/sem.lua` and the README's "Semaphores").
+//!
+//! Redis layout of a semaphore named `n` (see `scripts/sem.lua`):
+//! `{prefix}{n}:sem` (configuration; kept until deleted), `:sem:holds`,
+//! `:sem:leases` (holder → lease deadline), `:sem:fence`, `:sem:wake`,
+//! `:sem:undone:<attempt id>`, and the waiters' queue `:sem:queue`,
+//! `:sem:deadlines`, `:sem:tickets`.
+
+use redis::Value;
+
+use super::{Attempt, AttemptId, Layout, Refusal, queued};
+use crate::store::{Script, Store, StoreError, reply_u64, scripts};
+
+/// A holder's hold: all its permits under one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemGrant {
+    /// Taken by the holder's first grant; later grants keep it.
+    pub fencing_token: u64,
+    /// The holder's permits in total.
+    pub permits: u64,
+    pub lease_ms: u64,
+    /// Grants that make up the hold.
+    pub grants: u64,
+}
+
+/// Public state (never a holder id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemState {
+    pub permits: u64,
+    /// `permits` minus the permits of live leases, never below 0.
+    pub available: u64,
+    /// Holders with a live lease.
+    pub holders: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Semaphores {
+    layout: Layout,
+}
+
+/// The semaphore's own keys after the layout's (`scripts/sem.lua`).
+const EXTRA: &[&str] = &["holds", "leases"];
+
+fn grant(reply: &[Value]) -> Result<SemGrant, StoreError> {
+    match reply {
+        [token, permits, lease, grants] => Ok(SemGrant {
+            fencing_token: reply_u64(token, "token")?,
+            permits: reply_u64(permits, "permits")?,
+            lease_ms: reply_u64(lease, "lease")?,
+            grants: reply_u64(grants, "grants")?,
+        }),
+        other => Err(StoreError::Unexpected(format!("semaphore grant {other:?}"))),
+    }
+}
+
+fn state(reply: &[Value]) -> Result<SemState, StoreError> {
+    match reply {
+        [permits, available, holders] => Ok(SemState {
+            permits: reply_u64(permits, "permits")?,
+            available: reply_u64(available, "available")?,
+            holders: reply_u64(holders, "holders")?,
+        }),
+        other => Err(StoreError::Unexpected(format!("semaphore state {other:?}"))),
+    }
+}
+
+impl Semaphores {
+    pub fn new(store: Store, queue_grace_ms: u64) -> Self {
+        Semaphores {
+            layout: Layout {
+                store,
+                base: "sem",
+                queue_grace_ms: Some(queue_grace_ms),
+            },
+        }
+    }
+
+    /// The pub/sub channel of the semaphore's wake messages.
+    pub fn wake_channel(&self, name: &str) -> String {
+        self.layout.wake_channel(name)
+    }
+
+    async fn call(
+        &self,
+        script: &Script,
+        name: &str,
+        holder: &str,
+        own: &[&str],
+    ) -> Result<Vec<Value>, StoreError> {
+        let keys = self.layout.keys(name, None, EXTRA);
+        let args = self.layout.args(name, holder, None, own);
+        self.layout
+            .store
+            .write_repeatable(script, &keys, &args)
+            .await
+    }
+
+    /// Sets the number of permits (live holds are never revoked).
+    pub async fn set(&self, name: &str, permits: u64) -> Result<SemState, StoreError> {
+        let reply = self
+            .call(&scripts::SEM_SET, name, "", &[&permits.to_string()])
+            .await?;
+        state(&reply)
+    }
+
+    /// One try for `permits` more permits; see
+    /// [`crate::coord::locks::Locks::try_acquire`]. Refused when the
+    /// semaphore is not configured, or has fewer permits than asked for.
+    pub async fn try_acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        permits: u64,
+        lease_ms: u64,
+        wait_left_ms: u64,
+        attempt: &AttemptId,
+    ) -> Result<Attempt<SemGrant>, StoreError> {
+        let (permits, lease) = (permits.to_string(), lease_ms.to_string());
+        let args = self.layout.args(
+            name,
+            holder,
+            Some(wait_left_ms),
+            &[&permits, &lease, attempt.as_str()],
+        );
+        let keys = self.layout.keys(name, Some(attempt), EXTRA);
+        let reply: Vec<Value> = self
+            .layout
+            .store
+            .write_repeatable(&scripts::SEM_ACQUIRE, &keys, &args)
+            .await?;
+        match reply.as_slice() {
+            [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
+            [Value::Int(0), place @ .., available] => {
+                let mut blocked = queued(place)?;
+                blocked.available = Some(reply_u64(available, "available")?);
+                Ok(Attempt::Blocked(blocked))
+            }
+            [Value::Int(-1)] => Err(StoreError::timeout()),
+            [Value::Int(-3), permits] => Ok(Attempt::Refused(Refusal::MoreThan(reply_u64(
+                permits, "permits",
+            )?))),
+            [Value::Int(-4)] => Ok(Attempt::Refused(Refusal::NotFound)),
+            other => Err(StoreError::reply("sem_acquire", other)),
+        }
+    }
+
+    /// Gives back exactly the permits `attempt` was granted, if any.
+    pub async fn undo(
+        &self,
+        name: &str,
+        holder: &str,
+        attempt: &AttemptId,
+    ) -> Result<bool, StoreError> {
+        self.layout
+            .undo(&scripts::SEM_UNDO, name, holder, attempt, EXTRA)
+            .await
+    }
+
+    /// A waiter for `permits` left before its deadline: its queue entry
+    /// now lapses one grace from now.
+    pub async fn leave(&self, name: &str, holder: &str, permits: u64) -> Result<(), StoreError> {
+        self.layout
+            .leave(name, &format!("{permits}|{holder}"))
+            .await
+    }
+
+    /// Renews the holder's lease. `Ok(None)` when it holds nothing.
+    pub async fn heartbeat(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<Option<SemGrant>, StoreError> {
+        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        let reply = self
+            .call(&scripts::SEM_HEARTBEAT, name, holder, &[&lease])
+            .await?;
+        match reply.as_slice() {
+            [Value::Int(1), rest @ ..] => Ok(Some(grant(rest)?)),
+            [Value::Int(0)] => Ok(None),
+            other => Err(StoreError::reply("sem_heartbeat", other)),
+        }
+    }
+
+    /// Gives back all the holder's permits; how many. `Ok(None)` when it
+    /// holds nothing.
+    pub async fn release(&self, name: &str, holder: &str) -> Result<Option<u64>, StoreError> {
+        let keys = self.layout.keys(name, None, EXTRA);
+        let args = self.layout.args(name, holder, None, &[]);
+        let released: i64 = self
+            .layout
+            .store
+            .write(&scripts::SEM_RELEASE, &keys, &args)
+            .await?;
+        Ok(u64::try_from(released).ok())
+    }
+
+    /// The state; `Ok(None)` when the semaphore is not configured.
+    pub async fn state(&self, name: &str) -> Result<Option<SemState>, StoreError> {
+        let reply = self.call(&scripts::SEM_STATE, name, "", &[]).await?;
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        state(&reply).map(Some)
+    }
+
+    /// Removes the semaphore, its holds and its queue; waiters find it
+    /// gone. True when it was configured.
+    pub async fn delete(&self, name: &str) -> Result<bool, StoreError> {
+        let keys = self.layout.keys(name, None, EXTRA);
+        let args = self.layout.args(name, "", None, &[]);
+        let existed: i64 = self
+            .layout
+            .store
+            .write(&scripts::SEM_DELETE, &keys, &args)
+            .await?;
+        Ok(existed == 1)
+    }
+}

@@ -1,0 +1,378 @@
+//! `/semaphores/{name}/...`: semaphores whose permits are all leased
+//! (README: "Semaphores"). Heartbeats, releases, state reads and deletion
+//! are the lock family's generic handlers over [`HoldApi`]
+//! (`hold_routes!`); the configuration (PUT) and the acquire are here.
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
+use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::error::ProblemType;
+use crate::http::extract::{Millis, check_name, wants_sse};
+use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, created};
+use crate::http::longpoll::{self, Acquisition};
+use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors};
+use crate::store::StoreError;
+use crate::wait::WaitMode;
+
+/// The most permits a semaphore may have.
+const MAX_PERMITS: u64 = 1_000_000;
+
+/// Body of a configuration.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"permits": 3}))]
+pub struct SemaphoreConfig {
+    /// The number of permits. Lowering it never revokes live holds: new
+    /// acquires wait until enough holds end.
+    #[schema(value_type = u64, minimum = 1, maximum = 1000000, example = 3)]
+    pub permits: Option<Millis>,
+}
+
+/// A semaphore's public state (never a holder id).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "exports", "permits": 3, "available": 1, "holders": 2, "waiters": 0
+}))]
+pub struct SemaphoreStatus {
+    pub name: String,
+    pub permits: u64,
+    /// `permits` minus the permits held by live leases, never below 0.
+    pub available: u64,
+    /// Holders with a live lease.
+    pub holders: u64,
+    /// Requests waiting on the instance that answers.
+    pub waiters: u64,
+}
+
+impl SemaphoreStatus {
+    fn new(name: String, s: SemState, waiters: u64) -> Self {
+        SemaphoreStatus {
+            name,
+            permits: s.permits,
+            available: s.available,
+            holders: s.holders,
+            waiters,
+        }
+    }
+}
+
+/// Body of an acquire. Every field is optional; the body may be omitted.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"permits": 1, "lease_ms": 30000, "wait_ms": 0}))]
+pub struct SemaphoreAcquireRequest {
+    /// Permits to take (default 1); at most the semaphore's `permits`.
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000000, example = 1)]
+    pub permits: Option<Millis>,
+    /// Who acquires. Omit it and the server generates one (128 random
+    /// bits); reuse it to take more permits under the same lease, renew
+    /// and release.
+    #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: Option<String>,
+    /// Lease in ms (default 30000) of the holder's whole hold. The
+    /// accepted range is configuration (min_lease_ms/max_lease_ms); the
+    /// bounds shown are the defaults.
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
+    pub lease_ms: Option<Millis>,
+    /// How long to wait for the permits, in ms (default 0 = try once). The
+    /// maximum is configuration (max_wait_ms); the bound shown is the default.
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
+    pub wait_ms: Option<Millis>,
+}
+
+/// A grant or renewal: the lock family's grant for the holder's hold, and
+/// its permits in total.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "exports", "holder": "worker-1", "fencing_token": 12, "hold_count": 1,
+    "lease_ms": 30000, "expires_in_ms": 30000, "heartbeat_interval_ms": 10000, "permits": 2
+}))]
+pub struct SemaphoreGrant {
+    #[serde(flatten)]
+    pub grant: Grant,
+    /// The permits this holder holds in total (all under one lease).
+    pub permits: u64,
+}
+
+impl SemaphoreGrant {
+    fn new(name: &str, holder: &str, g: &SemGrant) -> Self {
+        SemaphoreGrant {
+            grant: Grant::of(name, holder, g.fencing_token, g.grants, g.lease_ms),
+            permits: g.permits,
+        }
+    }
+}
+
+/// A release has no options: it gives back all the holder's permits.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SemaphoreReleaseQuery {}
+
+/// The answer to a release.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released_permits": 2}))]
+pub struct SemaphoreRelease {
+    /// The permits given back.
+    pub released_permits: u64,
+}
+
+/// The answer to a deletion.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"deleted": true}))]
+pub struct SemaphoreDeleted {
+    /// False when there was no such semaphore.
+    pub deleted: bool,
+}
+
+/// 409 `no-permits`: the hint, the permits available now and the waiters
+/// ahead.
+fn no_permits(blocked: Blocked) -> ApiError {
+    let mut problem = ApiError::new(
+        StatusCode::CONFLICT,
+        ProblemType::NoPermits,
+        "not enough permits are available, or waiters are queued ahead; poll again with the \
+         same holder within the queue grace to keep the place",
+    )
+    .with_retry_after_ms(blocked.retry_after_ms);
+    problem.problem.available = blocked.available;
+    problem.problem.position = blocked.position;
+    problem
+}
+
+/// One blocking acquire of permits.
+#[derive(Clone)]
+struct SemAcquisition {
+    semaphores: Semaphores,
+    name: String,
+    holder: String,
+    permits: u64,
+    lease_ms: u64,
+    deadline: Instant,
+}
+
+impl Acquisition for SemAcquisition {
+    type Grant = SemGrant;
+
+    fn primitive(&self) -> &'static str {
+        "semaphore"
+    }
+
+    fn channel(&self) -> String {
+        self.semaphores.wake_channel(&self.name)
+    }
+
+    fn mode(&self) -> WaitMode {
+        WaitMode::Queue
+    }
+
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<SemGrant>, StoreError> {
+        self.semaphores
+            .try_acquire(
+                &self.name,
+                &self.holder,
+                self.permits,
+                self.lease_ms,
+                Checked::wait_left_ms(self.deadline),
+                attempt,
+            )
+            .await
+    }
+
+    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
+        self.semaphores
+            .undo(&self.name, &self.holder, attempt)
+            .await
+    }
+
+    async fn leave(&self) -> Result<(), StoreError> {
+        self.semaphores
+            .leave(&self.name, &self.holder, self.permits)
+            .await
+    }
+
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        no_permits(blocked)
+    }
+
+    fn waiting(&self, blocked: Blocked) -> Value {
+        json!({
+            "retry_after_ms": blocked.retry_after_ms,
+            "position": blocked.position,
+            "available": blocked.available,
+        })
+    }
+
+    fn grant_json(&self, grant: &SemGrant) -> Value {
+        json!(SemaphoreGrant::new(&self.name, &self.holder, grant))
+    }
+
+    fn granted(&self, grant: SemGrant) -> Response {
+        let location = format!("/semaphores/{}/holders/{}", self.name, self.holder);
+        created(&location, self.grant_json(&grant))
+    }
+}
+
+/// Set the number of permits (creating the semaphore).
+///
+/// Live holds are never revoked: with fewer permits than are held,
+/// `available` is 0 until enough holds end. Waiters look again at once.
+#[utoipa::path(
+    put,
+    path = "/semaphores/{name}",
+    tag = "semaphores",
+    params(NamePath),
+    request_body(content = SemaphoreConfig, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Configured", body = SemaphoreStatus),
+        BodyErrors,
+    )
+)]
+pub async fn configure(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    ApiJson(body): ApiJson<SemaphoreConfig>,
+) -> Result<Json<SemaphoreStatus>, ApiError> {
+    check_name(&path.name)?;
+    let permits = body
+        .permits
+        .ok_or_else(|| {
+            ApiError::invalid_body("the body must name the number of permits: {\"permits\": n}")
+        })?
+        .within("permits", 1, MAX_PERMITS)?;
+    let s = state.semaphores.set(&path.name, permits).await?;
+    let waiters = state
+        .engine
+        .waiters_on(&state.semaphores.wake_channel(&path.name));
+    Ok(Json(SemaphoreStatus::new(path.name, s, waiters)))
+}
+
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"position\":0,\"available\":1}\n\nevent: acquired\ndata: {\"name\":\"exports\",\"holder\":\"worker-1\",\"fencing_token\":12,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"permits\":2}\n\n";
+
+/// Acquire permits (adding to the holder's, under one lease).
+///
+/// Long-polls up to `wait_ms`; `Accept: text/event-stream` streams events.
+/// Waiters are served in arrival order; a request that fits may overtake
+/// waiters that need more than is available, at most 16 times per waiter
+/// at the head of the queue.
+#[utoipa::path(
+    post,
+    path = "/semaphores/{name}/acquire",
+    tag = "semaphores",
+    params(NamePath),
+    request_body(content = Option<SemaphoreAcquireRequest>, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Acquired. `permits` is the holder's total; `Location` is the holder's URL. \
+            With `Accept: text/event-stream`: HTTP 200 and `waiting` events (`retry_after_ms`, \
+            `position`, `available`), then one of `acquired`, `timeout` or `error`.",
+            content((SemaphoreGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
+            headers(("Location" = String, description = "/semaphores/{name}/holders/{holder}"))),
+        (status = 404, description = "No such semaphore (`not-found`): never configured, or deleted while waiting", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Not enough permits, or waiters queued ahead (`no-permits`), with \
+            `available`, `retry_after_ms` and `position`", body = Problem, content_type = "application/problem+json"),
+        AcquireErrors,
+    )
+)]
+pub async fn acquire(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<SemaphoreAcquireRequest>,
+) -> Result<Response, ApiError> {
+    let rest = AcquireRequest {
+        holder: body.holder,
+        lease_ms: body.lease_ms,
+        wait_ms: body.wait_ms,
+    };
+    let checked = Checked::new(&state, path.name, rest)?;
+    let permits = match body.permits {
+        Some(p) => p.within("permits", 1, MAX_PERMITS)?,
+        None => 1,
+    };
+    let acquisition = SemAcquisition {
+        semaphores: state.semaphores.clone(),
+        deadline: checked.deadline(),
+        name: checked.name,
+        holder: checked.holder,
+        permits,
+        lease_ms: checked.lease_ms,
+    };
+    longpoll::respond(
+        &state,
+        wants_sse(&headers),
+        checked.arrived,
+        checked.wait_ms,
+        acquisition,
+    )
+    .await
+}
+
+impl HoldApi for Semaphores {
+    type Renewed = SemaphoreGrant;
+    type ReleaseQuery = SemaphoreReleaseQuery;
+    type Released = SemaphoreRelease;
+    type Status = SemaphoreStatus;
+    type Removed = SemaphoreDeleted;
+
+    const NOT_HELD: &'static str =
+        "this holder holds no permits (released, expired, or never acquired)";
+
+    fn wake_channel(&self, name: &str) -> String {
+        Semaphores::wake_channel(self, name)
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<Option<SemaphoreGrant>, StoreError> {
+        let renewed = self.heartbeat(name, holder, lease_ms).await?;
+        Ok(renewed.map(|g| SemaphoreGrant::new(name, holder, &g)))
+    }
+
+    async fn let_go(
+        &self,
+        name: &str,
+        holder: &str,
+        _query: SemaphoreReleaseQuery,
+    ) -> Result<Option<SemaphoreRelease>, StoreError> {
+        let released = self.release(name, holder).await?;
+        Ok(released.map(|released_permits| SemaphoreRelease { released_permits }))
+    }
+
+    async fn status(&self, name: String, waiters: u64) -> Result<SemaphoreStatus, ApiError> {
+        match self.state(&name).await? {
+            Some(s) => Ok(SemaphoreStatus::new(name, s, waiters)),
+            None => Err(ApiError::not_found(
+                "no such semaphore: configure it first with PUT /semaphores/{name}",
+            )),
+        }
+    }
+
+    async fn unlock(&self, name: &str) -> Result<SemaphoreDeleted, StoreError> {
+        let deleted = self.delete(name).await?;
+        Ok(SemaphoreDeleted { deleted })
+    }
+}
+
+super::lock_family::hold_routes! {
+    field: semaphores,
+    tag: "semaphores",
+    heartbeat: "/semaphores/{name}/holders/{holder}/heartbeat",
+    holder: "/semaphores/{name}/holders/{holder}",
+    object: "/semaphores/{name}",
+    renewed: SemaphoreGrant,
+    query: SemaphoreReleaseQuery,
+    released: SemaphoreRelease,
+    status: SemaphoreStatus,
+    status_errors: ObjectErrors,
+    removed: SemaphoreDeleted,
+    remove: "Delete the semaphore: its configuration, every hold and the queue. Open waits end with 404 `not-found`.",
+    removed_description: "Deleted (`deleted` is false if there was no such semaphore)",
+}

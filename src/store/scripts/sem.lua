@@ -1,0 +1,208 @@
+-- sem: the state of a semaphore with leased permits, and what every
+-- semaphore script shares (joined after queue.lua, whose queue holds the
+-- waiters: members are '<permits>|<holder>').
+--
+-- The common arguments, the same in every semaphore script:
+-- ARGV[1]  wake channel {prefix}{name}:sem:wake
+-- ARGV[2]  holder id ('' where the script has none)
+-- ARGV[3]  queue grace in ms
+-- ARGV[4]  time the request may still wait, in ms ('' where none)
+--
+-- KEYS[1]  hash {prefix}{name}:sem  the configuration (never expires; only
+--          DELETE removes it)
+--          permits       the number of permits
+--          oh, oc        the waiter at the head of the queue when it was
+--                        last overtaken, and how many times it was (see
+--                        walk)
+-- KEYS[2]  fence {prefix}{name}:sem:fence (counter; never expires)
+-- KEYS[3]  the attempt's marker (acquire, undo), else KEYS[1] again
+-- KEYS[4..6]  the queue (queue.lua)
+-- KEYS[7]  hash {prefix}{name}:sem:holds  the holds
+--          used          permits held, summed over the live holds
+--          p|<h>, c|<h>  a holder's permits and its number of grants
+--          t|<h>, l|<h>  its fencing token and lease (ms)
+--          as|<h>        the attempts that made its grants (space-separated)
+--          a|<attempt>   the permits that attempt was granted
+-- KEYS[8]  zset {prefix}{name}:sem:leases  holder → its lease's deadline
+--
+-- Expired holds are reclaimed by every script before it reads, on Redis's
+-- clock, so `used` only counts live leases. The holds and the leases
+-- expire with the last lease.
+
+-- How many times the head of the queue may be overtaken by later waiters
+-- (or new requests) that fit while it does not; after that, nobody is
+-- served before it.
+local OVERTAKES = 16
+
+local function configured_permits()
+  return tonumber(redis.call('HGET', KEYS[1], 'permits') or '0')
+end
+
+local function used()
+  return tonumber(redis.call('HGET', KEYS[7], 'used') or '0')
+end
+
+local function available()
+  return math.max(configured_permits() - used(), 0)
+end
+
+-- The permits a queue member waits for.
+local function need_of(member)
+  return tonumber(string.match(member, '^(%d+)|'))
+end
+
+-- Drops a holder's hold; returns the permits it had.
+local function drop_holder(holder)
+  local h = redis.call('HMGET', KEYS[7], 'p|' .. holder, 'as|' .. holder)
+  local fields = {'p|' .. holder, 'c|' .. holder, 't|' .. holder, 'l|' .. holder, 'as|' .. holder}
+  for id in string.gmatch(h[2] or '', '%S+') do
+    fields[#fields + 1] = 'a|' .. id
+  end
+  redis.call('HDEL', KEYS[7], unpack(fields))
+  redis.call('ZREM', KEYS[8], holder)
+  local permits = tonumber(h[1] or '0')
+  if permits > 0 then
+    redis.call('HINCRBY', KEYS[7], 'used', -permits)
+  end
+  return permits
+end
+
+-- Reclaims the permits of the holds whose lease ended; true if any did.
+local function drop_expired()
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now)
+  for _, holder in ipairs(gone) do
+    drop_holder(holder)
+  end
+  return #gone > 0
+end
+
+-- Remaining ms of the lease that ends first (0 when nothing is held).
+local function first_lease_ends()
+  local first = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
+  if first[2] then
+    return math.max(tonumber(first[2]) - now, 0)
+  end
+  return 0
+end
+
+-- The holds live exactly as long as the last lease.
+local function expire_holds()
+  local last = redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
+  if last[2] and tonumber(last[2]) > now then
+    local ttl = tonumber(last[2]) - now
+    redis.call('PEXPIRE', KEYS[7], ttl)
+    redis.call('PEXPIRE', KEYS[8], ttl)
+  else
+    redis.call('DEL', KEYS[7], KEYS[8])
+  end
+end
+
+-- How many more times the queue's head may be overtaken.
+local function overtakes_left(head)
+  local o = redis.call('HMGET', KEYS[1], 'oh', 'oc')
+  if o[1] == head then
+    return OVERTAKES - tonumber(o[2])
+  end
+  return OVERTAKES
+end
+
+-- Walks the queue in order with the available permits: a waiter that fits
+-- is served (its permits are set aside for it); one that does not fit is
+-- passed over, which lets the waiters behind it that fit overtake it, as
+-- long as the head has been overtaken fewer than OVERTAKES times — then
+-- the walk stops and nobody behind is served before the head.
+--
+-- With a member (its permits `need`; queued, or a newcomer at the tail),
+-- stops at it. Returns the tickets served before it, the tickets passed
+-- over before the last of those, whether the member is served now, and
+-- whether that overtakes someone.
+local function walk(member, need)
+  local members, tickets = first_entries()
+  local free = available()
+  local left = overtakes_left(members[1])
+  local served, skipped, passed = {}, {}, {}
+  local shown = #members
+  for i, m in ipairs(members) do
+    if m == member then
+      shown = 0
+      break
+    end
+    local wants = need_of(m)
+    if wants <= free and (#passed == 0 or left > 0) then
+      free = free - wants
+      served[#served + 1] = tickets[i]
+      if #passed > 0 then
+        left = left - 1
+        for _, t in ipairs(passed) do
+          skipped[#skipped + 1] = t
+        end
+        passed = {}
+      end
+    else
+      passed[#passed + 1] = tickets[i]
+      if left <= 0 then
+        return served, skipped, false, false
+      end
+    end
+  end
+  if not member then
+    return served, skipped, false, false
+  end
+  -- A newcomer behind more waiters than the walk sees waits its turn.
+  if shown >= SHOWN and redis.call('ZCARD', KEYS[4]) > SHOWN then
+    return served, skipped, false, false
+  end
+  local go = need <= free and (#passed == 0 or left > 0)
+  return served, skipped, go, go and #passed > 0
+end
+
+-- Counts one overtake of the queue's head.
+local function overtaken()
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  if redis.call('HGET', KEYS[1], 'oh') == head then
+    redis.call('HINCRBY', KEYS[1], 'oc', 1)
+  else
+    redis.call('HSET', KEYS[1], 'oh', head, 'oc', 1)
+  end
+end
+
+-- Publishes the queue and lets go the waiters the available permits
+-- serve now (see walk); the waiters passed over before them stay put.
+local function wake()
+  local members, tickets = first_entries()
+  if not tickets[1] then
+    return
+  end
+  local served, skipped = walk(nil, 0)
+  local limit = 0
+  if served[1] then
+    limit = tonumber(served[#served])
+  end
+  announce(members, tickets, limit, skipped)
+end
+
+-- Wakes every waiter to look again (the configuration changed: some may
+-- now be served, and some may now ask for more than there are permits).
+local function wake_all()
+  redis.call('PUBLISH', ARGV[1], '0|0|')
+end
+
+-- Drops expired holds and queue entries; wakes the queue if any went.
+local function refresh()
+  local dropped = drop_expired()
+  if #prune() > 0 or dropped then
+    expire_holds()
+    wake()
+  end
+end
+
+-- {1, token, permits, lease_ms, grants} for a holder's hold.
+local function grant_reply(holder)
+  local h = redis.call('HMGET', KEYS[7], 't|' .. holder, 'p|' .. holder, 'l|' .. holder, 'c|' .. holder)
+  return {1, tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4])}
+end
+
+-- {permits, available, holders}: the public state.
+local function state_reply()
+  return {configured_permits(), available(), redis.call('ZCARD', KEYS[8])}
+end

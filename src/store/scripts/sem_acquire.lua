@@ -1,0 +1,60 @@
+-- sem_acquire: take k permits under a holder's lease (adding to what the
+-- holder already has), or queue for them.
+-- Runs after queue.lua and sem.lua (keys and common arguments there).
+--
+-- ARGV[5]  permits wanted (k ≥ 1)
+-- ARGV[6]  lease in milliseconds (the whole hold's lease from now on)
+-- ARGV[7]  attempt id (unique per try)
+--
+-- Returns  {1, token, permits, lease_ms, grants}  granted: the holder's
+--                   total permits (a repeat of the attempt returns it again)
+--          {0, retry_after_ms, position, ticket, recheck_ms, available}
+--                   must wait
+--          {-1}     this attempt was already given up: nothing granted
+--          {-3, permits}  k is more than the semaphore has: never grantable
+--          {-4}     the semaphore is not configured (or was deleted)
+--
+-- Policy (see walk in sem.lua): arrival order, and a request that fits
+-- may overtake waiters that do not, at most OVERTAKES times per head.
+-- Tokens: a holder's first grant takes the next fence value; later grants
+-- to the same holder keep it (like a re-entry).
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {-1}
+end
+local holder, need, lease, id = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+if redis.call('HEXISTS', KEYS[7], 'a|' .. id) == 1 then
+  return grant_reply(holder)
+end
+local permits = configured_permits()
+if permits == 0 then
+  return {-4}
+end
+if need > permits then
+  return {-3, permits}
+end
+refresh()
+local member = need .. '|' .. holder
+local _, _, go, overtakes = walk(member, need)
+if not go then
+  local free = available()
+  local reply = waiting(member, first_lease_ends(), free > 0)
+  reply[#reply + 1] = free
+  return reply
+end
+if overtakes then
+  overtaken()
+end
+if redis.call('HINCRBY', KEYS[7], 'c|' .. holder, 1) == 1 then
+  redis.call('HSET', KEYS[7], 't|' .. holder, redis.call('INCR', KEYS[2]))
+end
+redis.call('HINCRBY', KEYS[7], 'p|' .. holder, need)
+redis.call('HINCRBY', KEYS[7], 'used', need)
+local attempts = redis.call('HGET', KEYS[7], 'as|' .. holder)
+attempts = attempts and (attempts .. ' ' .. id) or id
+redis.call('HSET', KEYS[7], 'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts)
+redis.call('ZADD', KEYS[8], now + lease, holder)
+expire_holds()
+if leave_queue(member) then
+  wake()
+end
+return grant_reply(holder)

@@ -1,0 +1,727 @@
+//! Semaphores with leased permits: the contract's rows and failures, the
+//! bound (never more permits out than configured, across two instances),
+//! leases that lapse, the waiting policy (arrival order, bounded
+//! overtaking) and exact give-backs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use latchkey::coord::semaphores::Semaphores;
+use latchkey::coord::{Attempt, AttemptId};
+use latchkey::metrics::Metrics;
+use latchkey::store::{Store, StoreConfig};
+use redis::AsyncCommands;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+async fn put(app: &TestApp, name: &str, permits: u64) -> Value {
+    let response = app
+        .client
+        .put(app.url(&format!("/semaphores/{name}")))
+        .json(&json!({ "permits": permits }))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::OK, "PUT {name}");
+    response.json().await.expect("JSON")
+}
+
+async fn acquire(app: &TestApp, name: &str, body: Value) -> Response {
+    app.post(&format!("/semaphores/{name}/acquire"), body).await
+}
+
+async fn granted(response: Response) -> Value {
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.expect("grant is JSON")
+}
+
+async fn release(app: &TestApp, name: &str, holder: &str) -> Response {
+    app.client
+        .delete(app.url(&format!("/semaphores/{name}/holders/{holder}")))
+        .send()
+        .await
+        .expect("sent")
+}
+
+async fn heartbeat(app: &TestApp, name: &str, holder: &str, body: Value) -> Response {
+    app.post(
+        &format!("/semaphores/{name}/holders/{holder}/heartbeat"),
+        body,
+    )
+    .await
+}
+
+async fn sem_state(app: &TestApp, name: &str) -> Value {
+    let response = app
+        .client
+        .get(app.url(&format!("/semaphores/{name}")))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.expect("JSON")
+}
+
+/// Waits until `app` counts `n` requests waiting on the semaphore.
+async fn wait_until_waiting(app: &TestApp, name: &str, n: u64) {
+    let reached = eventually(Duration::from_secs(3), || async {
+        sem_state(app, name).await["waiters"] == n
+    })
+    .await;
+    assert!(reached, "expected {n} waiter(s) on {name}");
+}
+
+fn spawn_acquire(app: &TestApp, name: &str, body: Value) -> tokio::task::JoinHandle<Response> {
+    app.spawn_post(&format!("/semaphores/{name}/acquire"), body)
+}
+
+#[tokio::test]
+async fn permits_are_configured_taken_renewed_and_given_back() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let configured = put(&app, "s", 3).await;
+    assert_eq!(
+        configured,
+        json!({"name": "s", "permits": 3, "available": 3, "holders": 0, "waiters": 0})
+    );
+
+    let response = acquire(&app, "s", json!({"holder": "a", "permits": 2})).await;
+    assert_eq!(
+        response.headers()["location"].to_str().unwrap(),
+        "/semaphores/s/holders/a"
+    );
+    let a = granted(response).await;
+    assert_eq!(a["permits"], 2);
+    assert_eq!(a["hold_count"], 1);
+    assert_eq!(a["lease_ms"], 30000);
+    assert_eq!(a["heartbeat_interval_ms"], 10000);
+    let token = a["fencing_token"].as_u64().unwrap();
+    assert!(token >= 1);
+
+    // More permits for the same holder: one hold, its total, its token,
+    // the newest lease for the whole hold.
+    let more = granted(acquire(&app, "s", json!({"holder": "a", "lease_ms": 5000})).await).await;
+    assert_eq!(more["permits"], 3);
+    assert_eq!(more["hold_count"], 2);
+    assert_eq!(more["lease_ms"], 5000);
+    assert_eq!(more["fencing_token"], token);
+    let mut conn = redis_conn(&redis).await;
+    let deadline: f64 = conn
+        .zscore("latchkey:{s}:sem:leases", "a")
+        .await
+        .expect("a lease");
+    let ttl: i64 = conn.pttl("latchkey:{s}:sem:holds").await.unwrap();
+    assert!(
+        ttl > 4500 && ttl <= 5000,
+        "the holds live as long as the lease: {ttl}"
+    );
+    assert!(deadline > 0.0);
+
+    let state = sem_state(&app, "s").await;
+    assert_eq!(
+        (&state["available"], &state["holders"]),
+        (&json!(0), &json!(1))
+    );
+
+    // Nothing left: 409 no-permits with what is available and the hint.
+    let response = acquire(&app, "s", json!({"holder": "b"})).await;
+    assert_eq!(response.headers()["retry-after"], "3");
+    let problem = assert_problem(response, 409, "no-permits").await;
+    assert_eq!(problem["available"], 0);
+    assert_eq!(problem["position"], 0);
+    let hint = problem["retry_after_ms"].as_u64().unwrap();
+    assert!(hint > 0 && hint <= 5000, "{problem}");
+
+    // A heartbeat renews the whole hold; without lease_ms, for its lease.
+    let renewed = heartbeat(&app, "s", "a", json!({})).await;
+    assert_eq!(renewed.status(), StatusCode::OK);
+    let renewed: Value = renewed.json().await.unwrap();
+    assert_eq!(
+        (&renewed["permits"], &renewed["lease_ms"]),
+        (&json!(3), &json!(5000))
+    );
+    assert_eq!(renewed["fencing_token"], token);
+
+    let released = release(&app, "s", "a").await;
+    assert_eq!(released.status(), StatusCode::OK);
+    assert_eq!(
+        released.json::<Value>().await.unwrap(),
+        json!({"released_permits": 3})
+    );
+    let state = sem_state(&app, "s").await;
+    assert_eq!(
+        (&state["available"], &state["holders"]),
+        (&json!(3), &json!(0))
+    );
+    for gone in ["latchkey:{s}:sem:holds", "latchkey:{s}:sem:leases"] {
+        let exists: bool = conn.exists(gone).await.unwrap();
+        assert!(!exists, "{gone} goes with the last hold");
+    }
+    // b's 409 kept its place in the queue for one grace (5 s).
+    let ttl: i64 = conn.pttl("latchkey:{s}:sem:queue").await.unwrap();
+    assert!(ttl > 3000 && ttl <= 5000, "queue ttl {ttl}");
+
+    // A new holder gets a larger token.
+    let b = granted(acquire(&app, "s", json!({"holder": "b"})).await).await;
+    assert!(b["fencing_token"].as_u64().unwrap() > token);
+
+    // Gone holds: 404 not-held for heartbeat and release.
+    assert_problem(heartbeat(&app, "s", "a", json!({})).await, 404, "not-held").await;
+    assert_problem(release(&app, "s", "a").await, 404, "not-held").await;
+}
+
+#[tokio::test]
+async fn unknown_semaphores_and_impossible_requests_are_answered_at_once() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let started = Instant::now();
+    assert_problem(
+        acquire(&app, "nope", json!({"wait_ms": 5000})).await,
+        404,
+        "not-found",
+    )
+    .await;
+    let response = app
+        .client
+        .get(app.url("/semaphores/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(response, 404, "not-found").await;
+    put(&app, "s", 2).await;
+    let problem = assert_problem(
+        acquire(&app, "s", json!({"permits": 3, "wait_ms": 5000})).await,
+        400,
+        "out-of-range",
+    )
+    .await;
+    assert_eq!(problem["field"], "permits");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "never waited for what can never be granted"
+    );
+    let keys: Vec<String> = redis_conn(&redis)
+        .await
+        .keys("latchkey:{nope}:*")
+        .await
+        .unwrap();
+    assert!(
+        keys.is_empty(),
+        "a refused request leaves nothing: {keys:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_semaphore_inputs_get_problems() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let put_raw = |body: &'static str, json: bool| {
+        let mut request = app.client.put(app.url("/semaphores/s")).body(body);
+        if json {
+            request = request.header("content-type", "application/json");
+        }
+        request.send()
+    };
+    for (body, slug) in [
+        (r#"{"permits": 0}"#, "out-of-range"),
+        (r#"{"permits": 1000001}"#, "out-of-range"),
+        (r#"{"permits": -1}"#, "out-of-range"),
+        (r#"{"permits": "3"}"#, "invalid-body"),
+        (r#"{}"#, "invalid-body"),
+        (r#"{"permits": 3, "extra": 1}"#, "invalid-body"),
+    ] {
+        assert_problem(put_raw(body, true).await.unwrap(), 400, slug).await;
+    }
+    assert_problem(put_raw("", true).await.unwrap(), 400, "invalid-body").await;
+    assert_problem(
+        put_raw(r#"{"permits": 3}"#, false).await.unwrap(),
+        415,
+        "unsupported-media-type",
+    )
+    .await;
+    put(&app, "s", 3).await;
+    for body in [json!({"permits": 0}), json!({"permits": 1_000_001})] {
+        assert_problem(acquire(&app, "s", body).await, 400, "out-of-range").await;
+    }
+    assert_problem(
+        acquire(&app, "s", json!({"lease_ms": 10})).await,
+        400,
+        "out-of-range",
+    )
+    .await;
+    assert_problem(
+        acquire(&app, "s", json!({"holder": "a b"})).await,
+        400,
+        "invalid-body",
+    )
+    .await;
+    assert_problem(acquire(&app, "s{x}", json!({})).await, 400, "invalid-name").await;
+    let response = app
+        .client
+        .patch(app.url("/semaphores/s"))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(response, 405, "method-not-allowed").await;
+    // Nothing was taken by any of them.
+    assert_eq!(sem_state(&app, "s").await["available"], 3);
+}
+
+#[tokio::test]
+async fn changing_permits_never_revokes_live_holds() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "s", 3).await;
+    granted(acquire(&app, "s", json!({"holder": "a", "permits": 3})).await).await;
+    let lowered = put(&app, "s", 1).await;
+    assert_eq!(
+        (
+            &lowered["permits"],
+            &lowered["available"],
+            &lowered["holders"]
+        ),
+        (&json!(1), &json!(0), &json!(1)),
+        "available is never negative"
+    );
+    assert_eq!(
+        heartbeat(&app, "s", "a", json!({})).await.status(),
+        StatusCode::OK
+    );
+    assert_problem(
+        acquire(&app, "s", json!({"holder": "b"})).await,
+        409,
+        "no-permits",
+    )
+    .await;
+    assert_problem(
+        acquire(&app, "s", json!({"holder": "b", "permits": 2})).await,
+        400,
+        "out-of-range",
+    )
+    .await;
+    let released: Value = release(&app, "s", "a").await.json().await.unwrap();
+    assert_eq!(released["released_permits"], 3);
+    assert_eq!(sem_state(&app, "s").await["available"], 1);
+    granted(acquire(&app, "s", json!({"holder": "b"})).await).await;
+    // Raising the permits serves a waiter at once.
+    let waiter = spawn_acquire(&app, "s", json!({"holder": "c", "wait_ms": 10000}));
+    wait_until_waiting(&app, "s", 1).await;
+    let started = Instant::now();
+    put(&app, "s", 3).await;
+    let c = granted(waiter.await.unwrap()).await;
+    assert_eq!(c["permits"], 1);
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// The bound: 24 workers on two instances take 1 or 2 permits of 3 and
+/// give them back, many times; the permits out never exceed 3, tokens are
+/// never reused, and at the end every permit is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_on_two_instances_never_hold_more_than_the_permits() {
+    let redis = redis();
+    let one = Arc::new(spawn_app(test_config(&redis)).await);
+    let two = Arc::new(spawn_app(test_config(&redis)).await);
+    put(&one, "bound", 3).await;
+    let inside = Arc::new(AtomicI64::new(0));
+    let most = Arc::new(AtomicI64::new(0));
+    let mut workers = Vec::new();
+    for w in 0..24 {
+        let app = if w % 2 == 0 { one.clone() } else { two.clone() };
+        let (inside, most) = (inside.clone(), most.clone());
+        workers.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            let permits = 1 + (w % 2) as i64;
+            for round in 0..6 {
+                let holder = format!("w{w}-{round}");
+                let response = acquire(
+                    &app,
+                    "bound",
+                    json!({"holder": holder, "permits": permits, "wait_ms": 20000}),
+                )
+                .await;
+                let grant = granted(response).await;
+                let now = inside.fetch_add(permits, Ordering::SeqCst) + permits;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokens.push(grant["fencing_token"].as_u64().unwrap());
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                inside.fetch_sub(permits, Ordering::SeqCst);
+                let released: Value = release(&app, "bound", &holder).await.json().await.unwrap();
+                assert_eq!(released["released_permits"], permits);
+            }
+            tokens
+        }));
+    }
+    let mut tokens = Vec::new();
+    for worker in workers {
+        tokens.extend(worker.await.expect("worker finished"));
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} permits were out at once");
+    assert!(most >= 2, "the workers did overlap ({most})");
+    let count = tokens.len();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), count, "every grant got its own token");
+    let state = sem_state(&one, "bound").await;
+    assert_eq!(
+        (&state["available"], &state["holders"]),
+        (&json!(3), &json!(0)),
+        "every permit came back"
+    );
+}
+
+#[tokio::test]
+async fn permits_of_a_holder_that_stops_heartbeating_go_to_a_waiter() {
+    let redis = redis();
+    let one = spawn_app(test_config(&redis)).await;
+    let two = spawn_app(test_config(&redis)).await;
+    put(&one, "s", 2).await;
+    granted(
+        acquire(
+            &one,
+            "s",
+            json!({"holder": "crashed", "permits": 2, "lease_ms": 1000}),
+        )
+        .await,
+    )
+    .await;
+    let started = Instant::now();
+    let waiter = spawn_acquire(
+        &two,
+        "s",
+        json!({"holder": "next", "permits": 2, "wait_ms": 8000}),
+    );
+    let next = granted(waiter.await.unwrap()).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_millis(2500),
+        "granted when the lease ended, not before and not much after: {waited:?}"
+    );
+    assert_eq!(next["permits"], 2);
+    assert_problem(
+        heartbeat(&one, "s", "crashed", json!({})).await,
+        404,
+        "not-held",
+    )
+    .await;
+    let state = sem_state(&one, "s").await;
+    assert_eq!(
+        (&state["available"], &state["holders"]),
+        (&json!(0), &json!(1))
+    );
+}
+
+/// A release serves as many waiters as the permits allow, in order: here
+/// the first two (3 + 1 of 4), not the third (2 more), and without a
+/// lease running out.
+#[tokio::test]
+async fn a_release_serves_every_waiter_the_permits_allow_in_order() {
+    let redis = redis();
+    let one = spawn_app(test_config(&redis)).await;
+    let two = spawn_app(test_config(&redis)).await;
+    put(&one, "s", 4).await;
+    granted(acquire(&one, "s", json!({"holder": "x", "permits": 4})).await).await;
+    let w1 = spawn_acquire(
+        &one,
+        "s",
+        json!({"holder": "w1", "permits": 3, "wait_ms": 10000}),
+    );
+    wait_until_waiting(&one, "s", 1).await;
+    let w2 = spawn_acquire(
+        &two,
+        "s",
+        json!({"holder": "w2", "permits": 1, "wait_ms": 10000}),
+    );
+    wait_until_waiting(&two, "s", 1).await;
+    let w3 = spawn_acquire(
+        &two,
+        "s",
+        json!({"holder": "w3", "permits": 2, "wait_ms": 2500}),
+    );
+    wait_until_waiting(&two, "s", 2).await;
+    let started = Instant::now();
+    assert_eq!(release(&one, "s", "x").await.status(), StatusCode::OK);
+    assert_eq!(granted(w1.await.unwrap()).await["permits"], 3);
+    assert_eq!(granted(w2.await.unwrap()).await["permits"], 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "woken by the release: {:?}",
+        started.elapsed()
+    );
+    let problem = assert_problem(w3.await.unwrap(), 409, "no-permits").await;
+    assert_eq!(problem["available"], 0);
+}
+
+/// The policy: a request that fits overtakes a waiter that does not, but
+/// at most 16 times; then it waits behind it, and the big waiter is served
+/// as soon as enough permits come back.
+#[tokio::test]
+async fn a_big_waiter_is_overtaken_a_bounded_number_of_times() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "s", 3).await;
+    granted(acquire(&app, "s", json!({"holder": "x", "permits": 2})).await).await;
+    let big = spawn_acquire(
+        &app,
+        "s",
+        json!({"holder": "big", "permits": 3, "wait_ms": 20000}),
+    );
+    wait_until_waiting(&app, "s", 1).await;
+    for i in 0..16 {
+        let holder = format!("small{i}");
+        let response = acquire(&app, "s", json!({"holder": holder})).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::CREATED,
+            "overtake {i} of 16: a request that fits goes past a waiter that does not"
+        );
+        release(&app, "s", &holder).await;
+    }
+    let problem = assert_problem(
+        acquire(&app, "s", json!({"holder": "late"})).await,
+        409,
+        "no-permits",
+    )
+    .await;
+    assert_eq!(
+        problem["available"], 1,
+        "it would fit, but the head was overtaken enough"
+    );
+    assert_eq!(problem["position"], 1, "behind the big waiter");
+    release(&app, "s", "x").await;
+    assert_eq!(granted(big.await.unwrap()).await["permits"], 3);
+}
+
+/// A waiter for 3 of 3 under a continuous stream of 1-permit acquirers on
+/// two instances gets its permits (Redisson's semaphores starve it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_big_waiter_is_served_under_a_stream_of_small_acquirers() {
+    let redis = redis();
+    let one = Arc::new(spawn_app(test_config(&redis)).await);
+    let two = Arc::new(spawn_app(test_config(&redis)).await);
+    put(&one, "s", 3).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let served = Arc::new(AtomicI64::new(0));
+    let mut smalls = Vec::new();
+    for w in 0..6 {
+        let app = if w % 2 == 0 { one.clone() } else { two.clone() };
+        let (stop, served) = (stop.clone(), served.clone());
+        smalls.push(tokio::spawn(async move {
+            let holder = format!("small{w}");
+            while !stop.load(Ordering::Relaxed) {
+                let response = acquire(&app, "s", json!({"holder": holder, "wait_ms": 2000})).await;
+                if response.status() == StatusCode::CREATED {
+                    served.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    release(&app, "s", &holder).await;
+                }
+            }
+        }));
+    }
+    // The stream is flowing before the big waiter arrives.
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            served.load(Ordering::Relaxed) >= 20
+        })
+        .await
+    );
+    let started = Instant::now();
+    let big = acquire(
+        &two,
+        "s",
+        json!({"holder": "big", "permits": 3, "wait_ms": 20000}),
+    )
+    .await;
+    let waited = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(granted(big).await["permits"], 3, "served after {waited:?}");
+    for small in smalls {
+        small.await.unwrap();
+    }
+    let state = sem_state(&one, "s").await;
+    assert!(state["available"].as_u64().unwrap() <= 3);
+}
+
+/// A waiter whose client goes away gets nothing later, and its holder's
+/// other permits stay exactly as they were.
+#[tokio::test]
+async fn a_departed_waiter_takes_nothing_and_keeps_its_holders_other_permits() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "s", 2).await;
+    granted(acquire(&app, "s", json!({"holder": "h"})).await).await;
+    granted(acquire(&app, "s", json!({"holder": "x"})).await).await;
+    let impatient = app
+        .client
+        .post(app.url("/semaphores/s/acquire"))
+        .json(&json!({"holder": "h", "wait_ms": 10000}))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the client gave up");
+    wait_until_waiting(&app, "s", 0).await;
+    release(&app, "s", "x").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let renewed: Value = heartbeat(&app, "s", "h", json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        renewed["permits"], 1,
+        "h still has exactly its first permit"
+    );
+    assert_eq!(sem_state(&app, "s").await["available"], 1);
+}
+
+/// Below HTTP: an undo gives back exactly what its attempt was granted,
+/// never the holder's other permits, and makes a late copy grant nothing.
+#[tokio::test]
+async fn an_undo_gives_back_exactly_its_attempts_permits() {
+    let redis = redis();
+    let config = StoreConfig {
+        mode: latchkey::config::RedisMode::Standalone,
+        urls: vec![redis.url()],
+        sentinel_master: String::new(),
+        prefix: "t:".into(),
+        pool_size: 2,
+        connect_timeout: Duration::from_millis(500),
+        response_timeout: Duration::from_millis(1000),
+        min_replicas: 0,
+    };
+    let sems = Semaphores::new(Store::open(&config, Metrics::new()).await.unwrap(), 5000);
+    sems.set("s", 5).await.unwrap();
+    let (first, second) = (AttemptId::new(), AttemptId::new());
+    let grant = |a: Attempt<_>| match a {
+        Attempt::Granted(g) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    grant(
+        sems.try_acquire("s", "h", 1, 30000, 0, &first)
+            .await
+            .unwrap(),
+    );
+    let both = grant(
+        sems.try_acquire("s", "h", 2, 30000, 0, &second)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(both.permits, 3);
+    // The same attempt again grants nothing more.
+    let again = grant(
+        sems.try_acquire("s", "h", 2, 30000, 0, &second)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(again.permits, 3);
+    assert!(sems.undo("s", "h", &second).await.unwrap());
+    let state = sems.state("s").await.unwrap().unwrap();
+    assert_eq!((state.available, state.holders), (4, 1));
+    assert!(!sems.undo("s", "h", &second).await.unwrap(), "undone once");
+    let kept = sems.heartbeat("s", "h", None).await.unwrap().unwrap();
+    assert_eq!((kept.permits, kept.grants), (1, 1));
+    // An attempt undone before it ran grants nothing when it arrives.
+    let late = AttemptId::new();
+    assert!(!sems.undo("s", "h", &late).await.unwrap());
+    assert!(
+        sems.try_acquire("s", "h", 1, 30000, 0, &late)
+            .await
+            .is_err()
+    );
+    assert_eq!(sems.state("s").await.unwrap().unwrap().available, 4);
+    assert!(sems.undo("s", "h", &first).await.unwrap());
+    let state = sems.state("s").await.unwrap().unwrap();
+    assert_eq!((state.available, state.holders), (5, 0));
+}
+
+#[tokio::test]
+async fn deleting_a_semaphore_ends_open_waits_with_404_and_keeps_tokens_increasing() {
+    let redis = redis();
+    let one = spawn_app(test_config(&redis)).await;
+    let two = spawn_app(test_config(&redis)).await;
+    put(&one, "s", 1).await;
+    let first = granted(acquire(&one, "s", json!({"holder": "a"})).await).await;
+    let waiter = spawn_acquire(&two, "s", json!({"holder": "b", "wait_ms": 10000}));
+    wait_until_waiting(&two, "s", 1).await;
+    let stream = two
+        .client
+        .post(two.url("/semaphores/s/acquire"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"holder": "c", "wait_ms": 10000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut events = sse_events(stream);
+    let (name, data) = events.recv().await.expect("a waiting event");
+    assert_eq!(name, "waiting");
+    assert_eq!(
+        (&data["position"], &data["available"]),
+        (&json!(1), &json!(0)),
+        "{data}"
+    );
+    let started = Instant::now();
+    assert_eq!(
+        one.delete_json("/semaphores/s").await,
+        json!({"deleted": true})
+    );
+    assert_problem(waiter.await.unwrap(), 404, "not-found").await;
+    let (name, data) = events.recv().await.expect("a final event");
+    assert_eq!(
+        (name.as_str(), &data["type"]),
+        ("error", &json!("/problems/not-found"))
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(
+        one.delete_json("/semaphores/s").await,
+        json!({"deleted": false})
+    );
+    let response = one
+        .client
+        .get(one.url("/semaphores/s"))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(response, 404, "not-found").await;
+    let keys: Vec<String> = redis_conn(&redis)
+        .await
+        .keys("latchkey:{s}:sem*")
+        .await
+        .unwrap();
+    assert_eq!(keys, vec!["latchkey:{s}:sem:fence".to_string()]);
+    put(&one, "s", 1).await;
+    let later = granted(acquire(&one, "s", json!({"holder": "a"})).await).await;
+    assert!(later["fencing_token"].as_u64() > first["fencing_token"].as_u64());
+}
+
+#[tokio::test]
+async fn a_waiter_streams_its_place_and_is_granted_on_release() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "s", 2).await;
+    granted(acquire(&app, "s", json!({"holder": "a", "permits": 2})).await).await;
+    let stream = app
+        .client
+        .post(app.url("/semaphores/s/acquire"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"holder": "b", "permits": 2, "wait_ms": 10000}))
+        .send()
+        .await
+        .unwrap();
+    let mut events = sse_events(stream);
+    let (name, data) = events.recv().await.unwrap();
+    assert_eq!(name, "waiting");
+    assert_eq!(data["position"], 0);
+    assert_eq!(data["available"], 0);
+    release(&app, "s", "a").await;
+    let (name, data) = events.recv().await.unwrap();
+    assert_eq!(name, "acquired");
+    assert_eq!(
+        (&data["holder"], &data["permits"]),
+        (&json!("b"), &json!(2))
+    );
+    assert!(events.recv().await.is_none(), "the stream ends");
+}
