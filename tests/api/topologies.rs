@@ -55,10 +55,23 @@ async fn locks_work_on_redis_cluster_across_slots_and_instances() {
         let grant: serde_json::Value = response.json().await.unwrap();
         assert_eq!(grant["fencing_token"], 2, "{name}");
     }
-    // Fair locks and rwlocks: every script's keys (state, queue, readers)
-    // share the name's hash tag; waiters queued on b are woken from a.
+    // Fair locks, rwlocks and semaphores: every script's keys (state,
+    // queue, readers, holds) share the name's hash tag; waiters queued on
+    // b are woken from a.
     for name in names.iter().take(4) {
+        let configured = a
+            .client
+            .put(a.url(&format!("/semaphores/{name}")))
+            .json(&json!({"permits": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(configured.status(), 200, "{name}");
         let kinds = [
+            (
+                format!("/semaphores/{name}/acquire"),
+                format!("/semaphores/{name}/holders/x"),
+            ),
             (
                 format!("/fair-locks/{name}/acquire"),
                 format!("/fair-locks/{name}/holders/x"),
