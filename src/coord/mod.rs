@@ -129,6 +129,15 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// The layout of a primitive whose waiters queue in Redis.
+    pub fn queued(store: Store, base: &'static str, queue_grace_ms: u64) -> Self {
+        Layout {
+            store,
+            base,
+            queue_grace_ms: Some(queue_grace_ms),
+        }
+    }
+
     pub fn key(&self, name: &str, part: &str) -> String {
         if part.is_empty() {
             self.store.key(name, self.base)

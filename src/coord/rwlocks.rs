@@ -94,11 +94,7 @@ fn grant(reply: &[Value]) -> Result<RwGrant, StoreError> {
 impl RwLocks {
     pub fn new(store: Store, queue_grace_ms: u64) -> Self {
         RwLocks {
-            layout: Layout {
-                store,
-                base: "rw",
-                queue_grace_ms: Some(queue_grace_ms),
-            },
+            layout: Layout::queued(store, "rw", queue_grace_ms),
         }
     }
 

@@ -73,11 +73,7 @@ fn state(reply: &[Value]) -> Result<SemState, StoreError> {
 impl Semaphores {
     pub fn new(store: Store, queue_grace_ms: u64) -> Self {
         Semaphores {
-            layout: Layout {
-                store,
-                base: "sem",
-                queue_grace_ms: Some(queue_grace_ms),
-            },
+            layout: Layout::queued(store, "sem", queue_grace_ms),
         }
     }
 

@@ -53,7 +53,8 @@ macro_rules! scripts {
 // after the hooks of a lock kind (`lock_plain`, `lock_fair`), so plain and
 // fair locks share every body; fair locks and read-write locks share the
 // queue of waiters (`queue`) with semaphores; every rwlock script starts
-// from `rw`, every semaphore script from `sem`.
+// from `rw`, every semaphore script from `sem`, each followed by what both
+// do before they read (`queue_refresh`).
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock_acquire"],
     LOCK_UNDO => "lock_undo" = ["lock_plain", "lock_undo"],
@@ -66,17 +67,17 @@ scripts! {
     FAIR_RELEASE => "fair_release" = ["queue", "lock_fair", "lock_release"],
     FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["queue", "lock_fair", "lock_force_unlock"],
     QUEUE_LEAVE => "queue_leave" = ["queue", "queue_leave"],
-    RW_ACQUIRE => "rw_acquire" = ["queue", "rw", "rw_acquire"],
-    RW_UNDO => "rw_undo" = ["queue", "rw", "rw_undo"],
-    RW_HEARTBEAT => "rw_heartbeat" = ["queue", "rw", "rw_heartbeat"],
-    RW_RELEASE => "rw_release" = ["queue", "rw", "rw_release"],
-    RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "rw", "rw_force_unlock"],
-    RW_STATE => "rw_state" = ["queue", "rw", "rw_state"],
-    SEM_SET => "sem_set" = ["queue", "sem", "sem_set"],
-    SEM_ACQUIRE => "sem_acquire" = ["queue", "sem", "sem_acquire"],
-    SEM_UNDO => "sem_undo" = ["queue", "sem", "sem_undo"],
-    SEM_HEARTBEAT => "sem_heartbeat" = ["queue", "sem", "sem_heartbeat"],
-    SEM_RELEASE => "sem_release" = ["queue", "sem", "sem_release"],
-    SEM_STATE => "sem_state" = ["queue", "sem", "sem_state"],
-    SEM_DELETE => "sem_delete" = ["queue", "sem", "sem_delete"],
+    RW_ACQUIRE => "rw_acquire" = ["queue", "rw", "queue_refresh", "rw_acquire"],
+    RW_UNDO => "rw_undo" = ["queue", "rw", "queue_refresh", "rw_undo"],
+    RW_HEARTBEAT => "rw_heartbeat" = ["queue", "rw", "queue_refresh", "rw_heartbeat"],
+    RW_RELEASE => "rw_release" = ["queue", "rw", "queue_refresh", "rw_release"],
+    RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "rw", "queue_refresh", "rw_force_unlock"],
+    RW_STATE => "rw_state" = ["queue", "rw", "queue_refresh", "rw_state"],
+    SEM_SET => "sem_set" = ["queue", "sem", "queue_refresh", "sem_set"],
+    SEM_ACQUIRE => "sem_acquire" = ["queue", "sem", "queue_refresh", "sem_acquire"],
+    SEM_UNDO => "sem_undo" = ["queue", "sem", "queue_refresh", "sem_undo"],
+    SEM_HEARTBEAT => "sem_heartbeat" = ["queue", "sem", "queue_refresh", "sem_heartbeat"],
+    SEM_RELEASE => "sem_release" = ["queue", "sem", "queue_refresh", "sem_release"],
+    SEM_STATE => "sem_state" = ["queue", "sem", "queue_refresh", "sem_state"],
+    SEM_DELETE => "sem_delete" = ["queue", "sem", "queue_refresh", "sem_delete"],
 }

@@ -123,15 +123,6 @@ local function hold_ended(mode, holder)
   wake()
 end
 
--- Drops expired holds and queue entries; wakes the queue if any went.
-local function refresh()
-  local dropped = drop_expired()
-  if #prune() > 0 or dropped then
-    expire_holds()
-    wake()
-  end
-end
-
 -- {1, token, hold_count, lease_ms, mode, read_hold_count, write_hold_count}
 -- for the holder's hold in `mode`.
 local function grant_reply(mode, holder)

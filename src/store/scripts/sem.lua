@@ -187,15 +187,6 @@ local function wake_all()
   redis.call('PUBLISH', ARGV[1], '0|0|')
 end
 
--- Drops expired holds and queue entries; wakes the queue if any went.
-local function refresh()
-  local dropped = drop_expired()
-  if #prune() > 0 or dropped then
-    expire_holds()
-    wake()
-  end
-end
-
 -- {1, token, permits, lease_ms, grants} for a holder's hold.
 local function grant_reply(holder)
   local h = redis.call('HMGET', KEYS[7], 't|' .. holder, 'p|' .. holder, 'l|' .. holder, 'c|' .. holder)

@@ -1,0 +1,13 @@
+-- queue_refresh: what a script of an object with leased holds and a queue
+-- of waiters does before it reads (rwlocks, semaphores). Joined after the
+-- object's library (rw.lua, sem.lua), which defines drop_expired (drops
+-- the holds whose lease ended; true if any did), expire_holds and wake.
+
+-- Drops expired holds and queue entries; wakes the queue if any went.
+local function refresh()
+  local dropped = drop_expired()
+  if #prune() > 0 or dropped then
+    expire_holds()
+    wake()
+  end
+end
