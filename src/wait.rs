@@ -73,6 +73,11 @@ pub enum WaitMode {
     /// Each waiter has a ticket in a queue kept in Redis and tries when a
     /// wake message lets its ticket go.
     Queue,
+    /// A waiter watches several objects' channels at once (a multi-lock)
+    /// and tries on its own whenever any of them announces a change, or
+    /// when its blockers' leases end. It takes no local baton, so two
+    /// waiters of overlapping sets can never wait for each other locally.
+    Watch,
 }
 
 /// A queue's wake message: `<limit>|<due>|<t1>,<t2>,...[|<s1>,<s2>,...]`.
@@ -366,20 +371,33 @@ impl Drop for Seated<'_> {
 /// An admitted waiter: holds one of the instance's waiter slots and a
 /// membership in its object's group until dropped.
 pub struct Waiter {
-    group: Arc<Group>,
-    channel: String,
+    /// Channel and group of each object it waits on (the primary first).
+    groups: Vec<(String, Arc<Group>)>,
     engine: Arc<Inner>,
     /// Whether its caller reports progress (SSE); a long-poll does not, so
     /// a queue's position changes need not wake it.
     reports: bool,
+    mode: WaitMode,
+}
+
+impl Waiter {
+    /// The group of the primary object.
+    fn group(&self) -> &Arc<Group> {
+        &self.groups[0].1
+    }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        // The group (and its subscription) is dropped outside the map's lock.
-        if let Some(group) = self.engine.groups.leave(&self.channel) {
-            self.engine.metrics.waiting_objects.dec();
+        for (channel, group) in std::mem::take(&mut self.groups) {
+            // Our reference goes first, so that a group the map hands back
+            // (we were its last member) is dropped, with its subscription,
+            // outside the map's lock.
             drop(group);
+            if let Some(group) = self.engine.groups.leave(&channel) {
+                self.engine.metrics.waiting_objects.dec();
+                drop(group);
+            }
         }
         self.engine.open.fetch_sub(1, Ordering::Relaxed);
         self.engine.metrics.waiters.dec();
@@ -406,8 +424,22 @@ impl WaitEngine {
     }
 
     /// Takes a waiter slot for the object whose wake channel is `channel`.
-    /// Every waiter of one channel must use the same mode.
+    /// Every waiter of one channel must use the same mode (a
+    /// [`WaitMode::Watch`] waiter may join a [`WaitMode::Relay`] group:
+    /// it uses only the subscription).
     pub fn admit(&self, channel: &str, mode: WaitMode) -> Result<Waiter, WaitError> {
+        self.admit_all(std::slice::from_ref(&channel), mode)
+    }
+
+    /// Takes one waiter slot for a request that waits on several objects
+    /// (their wake channels; the first is the primary one, and only
+    /// [`WaitMode::Watch`] uses the others). The waiter counts as one of
+    /// each object's waiters.
+    pub fn admit_all(
+        &self,
+        channels: &[impl AsRef<str>],
+        mode: WaitMode,
+    ) -> Result<Waiter, WaitError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(WaitError::ShuttingDown);
         }
@@ -419,7 +451,21 @@ impl WaitEngine {
             });
         }
         self.inner.metrics.waiters.inc();
-        let group = self.inner.groups.join(channel, || {
+        let groups = channels
+            .iter()
+            .map(|c| (c.as_ref().to_string(), self.join(c.as_ref(), mode)))
+            .collect();
+        Ok(Waiter {
+            groups,
+            engine: self.inner.clone(),
+            reports: true,
+            mode,
+        })
+    }
+
+    /// Joins (or forms) the group of waiters of one channel.
+    fn join(&self, channel: &str, mode: WaitMode) -> Arc<Group> {
+        self.inner.groups.join(channel, || {
             self.inner.metrics.waiting_objects.inc();
             let subscription = self.inner.hub.subscribe(channel);
             let desk = (mode == WaitMode::Queue).then(|| {
@@ -433,12 +479,6 @@ impl WaitEngine {
                 latest: watch::Sender::new(Latest::default()),
                 desk,
             })
-        });
-        Ok(Waiter {
-            group,
-            channel: channel.to_string(),
-            engine: self.inner.clone(),
-            reports: true,
         })
     }
 
@@ -537,13 +577,16 @@ impl Waiter {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>, StoreError>>,
     {
-        if let (Some(desk), Some(place)) = (self.group.desk.clone(), first.place) {
+        if self.mode == WaitMode::Watch {
+            return self.wait_watching(deadline, first, attempt, progress).await;
+        }
+        if let (Some(desk), Some(place)) = (self.group().desk.clone(), first.place) {
             return self
                 .wait_queued(&desk, deadline, first, place, attempt, progress)
                 .await;
         }
         let shutdown = self.engine.shutdown.clone();
-        let latest = &self.group.latest;
+        let latest = &self.group().latest;
         let now = Instant::now();
         // Our own first answer is as fresh as anything the group has.
         observe(latest, first);
@@ -559,7 +602,7 @@ impl Waiter {
         // Phase 1: queue for the baton behind earlier local waiters. The
         // lock future is created once so that progress ticks don't lose
         // our place in the FIFO.
-        let baton = self.group.baton.lock();
+        let baton = self.group().baton.lock();
         tokio::pin!(baton);
         let _baton = loop {
             tokio::select! {
@@ -577,7 +620,7 @@ impl Waiter {
         // The receiver is created (and so marked seen) before each check:
         // a notification that lands between the check and the wait below
         // still completes `changed()`.
-        let mut wake = self.group.subscription.receiver();
+        let mut wake = self.group().subscription.receiver();
         let mut backoff = Backoff::default();
         loop {
             wake.borrow_and_update();
@@ -728,6 +771,89 @@ impl Waiter {
     }
 }
 
+impl Waiter {
+    /// [`WaitMode::Watch`]: wait for a change on any of our channels (or
+    /// for our blockers' leases to end), then try; no baton, no queue.
+    async fn wait_watching<T, F, Fut>(
+        self,
+        deadline: Instant,
+        first: Blocked,
+        mut attempt: F,
+        mut progress: impl FnMut(Blocked),
+    ) -> Result<Outcome<T>, WaitError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>, StoreError>>,
+    {
+        let shutdown = self.engine.shutdown.clone();
+        let mut wakes: Vec<watch::Receiver<Note>> = self
+            .groups
+            .iter()
+            .map(|(_, g)| g.subscription.receiver())
+            .collect();
+        let mut current = (first, Instant::now());
+        let mut failing: Option<StoreError> = None;
+        // A release between our first try and the subscriptions above is
+        // lost to us: look once more at once.
+        let mut recheck = Instant::now();
+        let mut backoff = Backoff::default();
+        let now = Instant::now();
+        let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
+                _ = sleep_until(deadline) => {
+                    return match failing {
+                        Some(e) => Err(WaitError::Backend(e)),
+                        None => Ok(Outcome::TimedOut(aged(current.0, current.1))),
+                    };
+                }
+                // The senders live as long as our groups' subscriptions,
+                // so `changed` never reports a closed channel here.
+                _ = futures_util::future::select_all(
+                    wakes.iter_mut().map(|w| Box::pin(w.changed())),
+                ) => {}
+                _ = sleep_until(recheck) => {}
+                _ = tick.tick() => {
+                    progress(aged(current.0, current.1));
+                    continue;
+                }
+            }
+            // Seen before the try: a change during it makes us look again.
+            for wake in &mut wakes {
+                wake.borrow_and_update();
+            }
+            let result = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
+                result = bounded(deadline, attempt()) => result,
+            };
+            match result {
+                Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
+                Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
+                Ok(Attempt::Blocked(now_blocked)) => {
+                    backoff = Backoff::default();
+                    failing = None;
+                    if differs(Some(aged(current.0, current.1)), now_blocked) {
+                        progress(now_blocked);
+                    }
+                    current = (now_blocked, Instant::now());
+                    // Pub/sub is at-most-once: look again by ourselves when
+                    // the blockers' leases end (+1 ms to land after).
+                    let after = Duration::from_millis(now_blocked.retry_after_ms.saturating_add(1));
+                    recheck = Instant::now() + after.max(MIN_RECHECK);
+                }
+                Err(e) if e.is_transient() => {
+                    failing = Some(e);
+                    recheck = Instant::now() + backoff.next();
+                }
+                Err(e) => return Err(WaitError::Backend(e)),
+            }
+        }
+    }
+}
+
 /// When a queued waiter looks again by itself: when its place says so, or
 /// else at the safety re-check (pub/sub is at-most-once).
 fn recheck_after(place: &Place) -> Instant {
@@ -765,7 +891,7 @@ mod tests {
     async fn a_departed_queued_waiter_leaves_nothing_subscribed() {
         let (engine, hub) = engine();
         let waiter = engine.admit("t:q", WaitMode::Queue).unwrap();
-        let desk = Arc::downgrade(waiter.group.desk.as_ref().expect("a queue has a desk"));
+        let desk = Arc::downgrade(waiter.group().desk.as_ref().expect("a queue has a desk"));
         assert_eq!(hub.channels(), 1);
         drop(waiter);
         tokio::task::yield_now().await;

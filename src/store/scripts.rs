@@ -49,23 +49,28 @@ macro_rules! scripts {
     };
 }
 
-// A script is its files joined in order: the lock family's bodies run
-// after the hooks of a lock kind (`lock_plain`, `lock_fair`), so plain and
-// fair locks share every body; fair locks and read-write locks share the
-// queue of waiters (`queue`) with semaphores; every rwlock script starts
-// from `rw`, every semaphore script from `sem`, each followed by what both
-// do before they read (`queue_refresh`).
+// A script is its files joined in order: the lock family's operations
+// (`lock`) run after the hooks of a lock kind (`lock_plain`, `lock_fair`),
+// so plain locks, fair locks and multi-locks (`multi`) share every body;
+// fair locks, read-write locks and semaphores share the queue of waiters
+// (`queue`); every rwlock script starts from `rw`, every semaphore script
+// from `sem`, each followed by what both do before they read
+// (`queue_refresh`).
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock_acquire"],
-    LOCK_UNDO => "lock_undo" = ["lock_plain", "lock_undo"],
-    LOCK_RELEASE => "lock_release" = ["lock_plain", "lock_release"],
-    LOCK_FORCE_UNLOCK => "lock_force_unlock" = ["lock_plain", "lock_force_unlock"],
-    LOCK_HEARTBEAT => "lock_heartbeat" = ["lock_heartbeat"],
+    LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock", "lock_acquire"],
+    LOCK_UNDO => "lock_undo" = ["lock_plain", "lock", "lock_undo"],
+    LOCK_RELEASE => "lock_release" = ["lock_plain", "lock", "lock_release"],
+    LOCK_FORCE_UNLOCK => "lock_force_unlock" = ["lock_plain", "lock", "lock_force_unlock"],
+    LOCK_HEARTBEAT => "lock_heartbeat" = ["lock_plain", "lock", "lock_heartbeat"],
     LOCK_STATE => "lock_state" = ["lock_state"],
-    FAIR_ACQUIRE => "fair_acquire" = ["queue", "lock_fair", "lock_acquire"],
-    FAIR_UNDO => "fair_undo" = ["queue", "lock_fair", "lock_undo"],
-    FAIR_RELEASE => "fair_release" = ["queue", "lock_fair", "lock_release"],
-    FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["queue", "lock_fair", "lock_force_unlock"],
+    FAIR_ACQUIRE => "fair_acquire" = ["queue", "lock_fair", "lock", "lock_acquire"],
+    FAIR_UNDO => "fair_undo" = ["queue", "lock_fair", "lock", "lock_undo"],
+    FAIR_RELEASE => "fair_release" = ["queue", "lock_fair", "lock", "lock_release"],
+    FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["queue", "lock_fair", "lock", "lock_force_unlock"],
+    MULTI_ACQUIRE => "multi_acquire" = ["lock_plain", "lock", "multi", "multi_acquire"],
+    MULTI_UNDO => "multi_undo" = ["lock_plain", "lock", "multi", "multi_undo"],
+    MULTI_HEARTBEAT => "multi_heartbeat" = ["lock_plain", "lock", "multi", "multi_heartbeat"],
+    MULTI_RELEASE => "multi_release" = ["lock_plain", "lock", "multi", "multi_release"],
     QUEUE_LEAVE => "queue_leave" = ["queue", "queue_leave"],
     RW_ACQUIRE => "rw_acquire" = ["queue", "rw", "queue_refresh", "rw_acquire"],
     RW_UNDO => "rw_undo" = ["queue", "rw", "queue_refresh", "rw_undo"],

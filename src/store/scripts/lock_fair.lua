@@ -47,7 +47,9 @@ local function on_blocked(holder, pttl)
   return waiting(holder, pttl, false)
 end
 
-local function on_free()
+-- The lock became free (its channel is ARGV[1]: fair locks run only
+-- single-lock scripts): let the head go.
+local function on_free(channel)
   prune()
   expire_queue()
   wake(true)

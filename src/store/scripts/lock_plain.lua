@@ -1,5 +1,6 @@
 -- lock_plain: the hooks of a plain (unfair) lock, run before the body of
--- every lock-family script (lock_acquire, lock_release, lock_undo, ...).
+-- every lock-family script (lock_acquire, lock_release, lock_undo, ...)
+-- and of the multi-lock scripts.
 --
 -- The family's common arguments, the same in every script:
 -- ARGV[1]  wake channel {prefix}{name}:lock:wake
@@ -23,7 +24,8 @@ local function on_blocked(holder, pttl)
   return {0, pttl}
 end
 
--- The lock became free: wake the waiters (each instance re-checks once).
-local function on_free()
-  redis.call('PUBLISH', ARGV[1], 'free')
+-- The lock became free: wake the waiters on its channel (each instance
+-- re-checks once).
+local function on_free(channel)
+  redis.call('PUBLISH', channel, 'free')
 end

@@ -1,0 +1,42 @@
+-- multi_acquire: take (or re-enter) every lock of the set, or none.
+-- Runs after lock_plain.lua, lock.lua and multi.lua (keys and arguments
+-- there).
+--
+-- Returns  {1, token_1, hold_count_1, token_2, hold_count_2, ...}  granted,
+--                   in the order of the keys (a repeat of the attempt
+--                   returns its grant again)
+--          {0, retry_after_ms, i, j, ...}  held by others: the locks that
+--                   block (by index), and the longest remaining lease among
+--                   them (-1 when one has no TTL: someone removed it by hand)
+--          {-1}     this attempt was already given up: nothing granted
+--
+-- Nothing is taken unless everything can be: no other client ever sees a
+-- part of the set held by this request.
+local holder, lease, id = ARGV[1], ARGV[2], ARGV[3]
+local blocked, longest = {0, 0}, 0
+for i = 1, COUNT do
+  if redis.call('EXISTS', KEYS[3 * i]) == 1 then
+    return {-1}
+  end
+  local h = redis.call('HGET', hash_of(i), 'holder')
+  if h and h ~= holder then
+    blocked[#blocked + 1] = i
+    local pttl = redis.call('PTTL', hash_of(i))
+    if pttl < 0 then
+      longest = -1
+    elseif longest >= 0 and pttl > longest then
+      longest = pttl
+    end
+  end
+end
+if #blocked > 2 then
+  blocked[2] = longest
+  return blocked
+end
+local reply = {1}
+for i = 1, COUNT do
+  local granted = acquire(hash_of(i), KEYS[3 * i - 1], KEYS[3 * i], holder, lease, id)
+  reply[#reply + 1] = granted[2]
+  reply[#reply + 1] = granted[3]
+end
+return reply
