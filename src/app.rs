@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::coord::locks::{LockKind, Locks};
+use crate::coord::multilocks::MultiLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
 use crate::http;
@@ -55,6 +56,7 @@ impl Application {
             config: Arc::new(config),
             locks: Locks::new(store.clone(), LockKind::Plain),
             fair_locks: Locks::new(store.clone(), LockKind::Fair { grace_ms }),
+            multilocks: MultiLocks::new(store.clone()),
             rwlocks: RwLocks::new(store.clone(), grace_ms),
             semaphores: Semaphores::new(store.clone(), grace_ms),
             store,

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::coord::locks::Locks;
+use crate::coord::multilocks::MultiLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
 use crate::metrics::Metrics;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub locks: Locks,
     /// Fair locks (`/fair-locks`).
     pub fair_locks: Locks,
+    /// Multi-locks over the plain locks (`/multilocks`).
+    pub multilocks: MultiLocks,
     /// Read-write locks (`/rwlocks`).
     pub rwlocks: RwLocks,
     /// Semaphores with leased permits (`/semaphores`).

@@ -9,6 +9,7 @@
 //! [`Store`]: crate::store::Store
 
 pub mod locks;
+pub mod multilocks;
 pub mod rwlocks;
 pub mod semaphores;
 
@@ -64,6 +65,9 @@ pub struct Blocked {
     pub place: Option<Place>,
     /// Permits available right now, where the resource counts permits.
     pub available: Option<u64>,
+    /// Which of the request's objects block it, where it names several
+    /// (at most 64): bit `i` stands for its `i`-th object.
+    pub blocked_by: Option<u64>,
 }
 
 /// A waiter's entry in a queue kept in Redis (fair locks): the engine
@@ -241,6 +245,7 @@ pub(crate) fn queued(reply: &[Value]) -> Result<Blocked, StoreError> {
                     recheck_ms: (recheck > 0).then_some(recheck),
                 }),
                 available: None,
+                blocked_by: None,
             })
         }
         other => Err(StoreError::Unexpected(format!(

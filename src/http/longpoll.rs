@@ -48,6 +48,12 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
     /// The pub/sub channel that announces "maybe grantable now".
     fn channel(&self) -> String;
 
+    /// Every channel its waiter watches (several where the request names
+    /// several objects: [`WaitMode::Watch`]); the first is [`Self::channel`].
+    fn channels(&self) -> Vec<String> {
+        vec![self.channel()]
+    }
+
     /// How its waiters wait (see [`WaitMode`]).
     fn mode(&self) -> WaitMode {
         WaitMode::Relay
@@ -141,7 +147,7 @@ pub async fn respond<A: Acquisition>(
     }
 
     let waiter = engine
-        .admit(&acquisition.channel(), acquisition.mode())
+        .admit_all(&acquisition.channels(), acquisition.mode())
         .inspect_err(|_| {
             metrics.acquisition(primitive, "error");
         })?;

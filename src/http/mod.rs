@@ -9,6 +9,7 @@ pub mod lock_family;
 pub mod locks;
 pub mod longpoll;
 pub mod middleware;
+pub mod multilocks;
 mod openapi;
 pub(crate) mod responses;
 mod router;

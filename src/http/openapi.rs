@@ -20,6 +20,11 @@ use crate::error::Problem;
         (name = "fair-locks", description = "Reentrant locks granted in order of arrival (Redisson \
             RFairLock). A waiter keeps its place by polling again with the same `holder` within \
             the queue grace (`queue_grace_ms`, default 5000) after its previous poll ended."),
+        (name = "multilocks", description = "A set of up to 64 plain locks (the locks of \
+            `/locks/{name}`) taken by one holder all or nothing (Redisson MultiLock, but atomic: \
+            on one Redis node no other client ever sees a part of the set held; on Redis Cluster \
+            the set is taken one lock at a time in sorted order and given back on conflict, so \
+            observers may briefly see a part held)."),
         (name = "rwlocks", description = "Read-write locks (Redisson RReadWriteLock): shared \
             readers, each with its own lease; one writer; downgrade and sole-reader upgrade. \
             Waiters are served in arrival order across both modes, so a waiting writer is not \

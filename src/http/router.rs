@@ -15,7 +15,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish};
-use super::{fair_locks, health, locks, rwlocks, semaphores};
+use super::{fair_locks, health, locks, multilocks, rwlocks, semaphores};
 use crate::config::CorsOrigins;
 use crate::state::AppState;
 
@@ -34,6 +34,9 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fair_locks::heartbeat))
         .routes(routes!(fair_locks::release))
         .routes(routes!(fair_locks::state, fair_locks::force_unlock))
+        .routes(routes!(multilocks::acquire))
+        .routes(routes!(multilocks::heartbeat))
+        .routes(routes!(multilocks::release))
         .routes(routes!(rwlocks::acquire_read))
         .routes(routes!(rwlocks::acquire_write))
         .routes(routes!(rwlocks::heartbeat))

@@ -237,6 +237,8 @@ struct Inner {
     /// `WAIT` timeout: half the response timeout, so the WAIT reply itself
     /// arrives before the connection's response timeout fires.
     wait_timeout_ms: u64,
+    /// Redis Cluster: keys of different names may live on different nodes.
+    cluster: bool,
 }
 
 /// How a call may be repeated when its connection fails under it.
@@ -282,6 +284,7 @@ impl Store {
                 metrics,
                 min_replicas: cfg.min_replicas,
                 wait_timeout_ms: (cfg.response_timeout.as_millis() as u64 / 2).max(1),
+                cluster: cfg.mode == RedisMode::Cluster,
             }),
         };
         if let Err(e) = store.load_scripts().await {
@@ -293,6 +296,13 @@ impl Store {
     /// Where the dedicated pub/sub connection should connect.
     pub fn connector(&self) -> Connector {
         self.inner.connector.clone()
+    }
+
+    /// True on Redis Cluster, where one script cannot reach the keys of
+    /// several names (each name's keys share one slot, different names
+    /// usually do not).
+    pub fn spans_nodes(&self) -> bool {
+        self.inner.cluster
     }
 
     /// `{prefix}{<name>}:<part>`.

@@ -7,6 +7,7 @@ mod hardening;
 mod helpers;
 mod locks;
 mod model;
+mod multilocks;
 mod ops;
 mod rwlocks;
 mod scripts;

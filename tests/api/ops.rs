@@ -587,6 +587,12 @@ async fn min_replicas_waits_for_acknowledgement_and_gives_the_grant_back_when_mi
     .await;
     app.must_acquire("acked", json!({"holder": "a"})).await;
     assert_eq!(app.release("acked", "a").await.status(), 200);
+    let set = json!({"names": ["acked-1", "acked-2"], "holder": "a"});
+    assert_eq!(
+        app.post("/multilocks/acquire", set.clone()).await.status(),
+        201
+    );
+    assert_eq!(app.post("/multilocks/release", set).await.status(), 200);
 
     replica.stop();
     let response = app.acquire("unacked", json!({"holder": "b"})).await;
@@ -602,6 +608,22 @@ async fn min_replicas_waits_for_acknowledgement_and_gives_the_grant_back_when_mi
         .await,
         "a grant the client was told failed must not stay held"
     );
+    let response = app
+        .post(
+            "/multilocks/acquire",
+            json!({"names": ["unacked-1", "unacked-2"], "holder": "b"}),
+        )
+        .await;
+    assert_problem(response, 503, "backend-unavailable").await;
+    for name in ["unacked-1", "unacked-2"] {
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                app.state(name).await["locked"] == false
+            })
+            .await,
+            "{name}: a set the client was told failed is given back whole"
+        );
+    }
     let _: () = redis::cmd("PING").query_async(&mut conn).await.unwrap();
 }
 

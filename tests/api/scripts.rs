@@ -72,6 +72,7 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
             position: None,
             place: None,
             available: None,
+            blocked_by: None,
         }) => {
             assert!(retry_after_ms > 2800 && retry_after_ms <= 3000)
         }

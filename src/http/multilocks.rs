@@ -1,0 +1,360 @@
+//! `/multilocks/...`: one holder takes a set of plain locks — the same
+//! objects as `/locks/{name}` — all or nothing (README: "Multi-locks").
+//! The names travel in the body, so these routes have no object in the
+//! path and a grant has no `Location`.
+
+use std::collections::HashSet;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::coord::locks::LockGrant;
+use crate::coord::multilocks::MultiLocks;
+use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::error::{ApiError, Problem};
+use crate::http::extract::{ApiJson, Millis, check_holder, check_name, lease_from, wants_sse};
+use crate::http::lock_family::{AcquireRequest, Checked};
+use crate::http::longpoll::{self, Acquisition};
+use crate::http::responses::{AcquireErrors, HoldErrors};
+use crate::state::AppState;
+use crate::store::StoreError;
+use crate::wait::WaitMode;
+
+/// The most names one multi-lock may take.
+const MAX_NAMES: usize = 64;
+
+/// Body of an acquire.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"names": ["orders", "invoices"], "lease_ms": 30000, "wait_ms": 0}))]
+pub struct MultiAcquireRequest {
+    /// 1 to 64 distinct lock names (the locks of `/locks/{name}`).
+    #[schema(min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
+    pub names: Vec<String>,
+    /// Who acquires. Omit it and the server generates one (128 random
+    /// bits); reuse it to renew and release.
+    #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: Option<String>,
+    /// Lease in ms of every lock of the set (default 30000). The accepted
+    /// range is configuration (min_lease_ms/max_lease_ms); the bounds shown
+    /// are the defaults.
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
+    pub lease_ms: Option<Millis>,
+    /// How long to wait for the whole set, in ms (default 0 = try once).
+    /// The maximum is configuration (max_wait_ms); the bound shown is the
+    /// default.
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
+    pub wait_ms: Option<Millis>,
+}
+
+/// Body of a heartbeat.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"names": ["orders", "invoices"], "holder": "worker-1"}))]
+pub struct MultiHeartbeatRequest {
+    #[schema(min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
+    pub names: Vec<String>,
+    #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: String,
+    /// New lease in ms for every lock of the set. Omit it to renew each
+    /// lock for the lease it has.
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
+    pub lease_ms: Option<Millis>,
+}
+
+/// Body of a release.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"names": ["orders", "invoices"], "holder": "worker-1"}))]
+pub struct MultiReleaseRequest {
+    #[schema(min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
+    pub names: Vec<String>,
+    #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
+    pub holder: String,
+}
+
+/// One lock of a multi-lock's grant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MultiLockHold {
+    pub name: String,
+    /// This lock's fencing token (each name has its own counter).
+    pub fencing_token: u64,
+    /// This holder's holds on the lock (reentrant with `/locks`).
+    pub hold_count: u64,
+}
+
+/// A multi-lock's grant or renewal.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "holder": "worker-1",
+    "locks": [
+        {"name": "orders", "fencing_token": 42, "hold_count": 1},
+        {"name": "invoices", "fencing_token": 7, "hold_count": 1}
+    ],
+    "lease_ms": 30000, "expires_in_ms": 30000, "heartbeat_interval_ms": 10000
+}))]
+pub struct MultiGrant {
+    /// The holder id: a capability to renew and release.
+    pub holder: String,
+    /// The locks, in the order of the request's names.
+    pub locks: Vec<MultiLockHold>,
+    /// The lease of the set: the shortest lease among its locks.
+    pub lease_ms: u64,
+    pub expires_in_ms: u64,
+    /// How often to send a heartbeat (lease_ms / 3).
+    pub heartbeat_interval_ms: u64,
+}
+
+impl MultiGrant {
+    fn new(names: &[String], holder: &str, holds: &[LockGrant]) -> Self {
+        let lease_ms = holds.iter().map(|h| h.lease_ms).min().unwrap_or(0);
+        MultiGrant {
+            holder: holder.to_string(),
+            locks: names
+                .iter()
+                .zip(holds)
+                .map(|(name, h)| MultiLockHold {
+                    name: name.clone(),
+                    fencing_token: h.fencing_token,
+                    hold_count: h.hold_count,
+                })
+                .collect(),
+            lease_ms,
+            expires_in_ms: lease_ms,
+            heartbeat_interval_ms: lease_ms / 3,
+        }
+    }
+}
+
+/// The answer to a release.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released": ["orders", "invoices"]}))]
+pub struct MultiReleased {
+    /// The names whose lock became free (a lock this holder also holds
+    /// reentrantly through `/locks` stays held).
+    pub released: Vec<String>,
+}
+
+/// 1 to 64 distinct valid names.
+fn check_names(names: &[String]) -> Result<(), ApiError> {
+    if names.is_empty() {
+        return Err(ApiError::invalid_body(
+            "names must list 1 to 64 distinct lock names",
+        ));
+    }
+    if names.len() > MAX_NAMES {
+        return Err(ApiError::out_of_range(format!(
+            "names lists {} names; a multi-lock takes at most {MAX_NAMES}",
+            names.len()
+        ))
+        .with_field("names"));
+    }
+    for name in names {
+        check_name(name)?;
+    }
+    let distinct: HashSet<&String> = names.iter().collect();
+    if distinct.len() != names.len() {
+        return Err(ApiError::invalid_body(
+            "names must be distinct: each lock once",
+        ));
+    }
+    Ok(())
+}
+
+/// The names at the indexes (or bits) given.
+fn picked(names: &[String], indexes: impl IntoIterator<Item = usize>) -> Vec<String> {
+    indexes.into_iter().map(|i| names[i].clone()).collect()
+}
+
+fn from_bits(names: &[String], bits: u64) -> Vec<String> {
+    picked(names, (0..names.len()).filter(|i| bits & (1 << i) != 0))
+}
+
+fn not_held(names: Vec<String>) -> ApiError {
+    let mut problem = ApiError::not_held(
+        "this holder does not hold every lock of the set (released, expired, or never \
+         acquired): see not_held",
+    );
+    problem.problem.not_held = Some(names);
+    problem
+}
+
+/// One blocking acquire of a set.
+#[derive(Clone)]
+struct MultiAcquisition {
+    multilocks: MultiLocks,
+    names: Vec<String>,
+    holder: String,
+    lease_ms: u64,
+}
+
+impl Acquisition for MultiAcquisition {
+    type Grant = Vec<LockGrant>;
+
+    fn primitive(&self) -> &'static str {
+        "multilock"
+    }
+
+    fn channel(&self) -> String {
+        self.channels().swap_remove(0)
+    }
+
+    fn channels(&self) -> Vec<String> {
+        self.multilocks.wake_channels(&self.names)
+    }
+
+    fn mode(&self) -> WaitMode {
+        WaitMode::Watch
+    }
+
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<Vec<LockGrant>>, StoreError> {
+        self.multilocks
+            .try_acquire(&self.names, &self.holder, self.lease_ms, attempt)
+            .await
+    }
+
+    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
+        self.multilocks
+            .undo(&self.names, &self.holder, attempt)
+            .await
+    }
+
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        let mut problem = ApiError::lock_held(blocked.retry_after_ms);
+        problem.problem.detail =
+            "some locks of the set are held by other holders (see blocked_by); nothing was taken"
+                .into();
+        problem.problem.blocked_by = Some(from_bits(&self.names, blocked.blocked_by.unwrap_or(0)));
+        problem
+    }
+
+    fn waiting(&self, blocked: Blocked) -> Value {
+        json!({
+            "retry_after_ms": blocked.retry_after_ms,
+            "blocked_by": from_bits(&self.names, blocked.blocked_by.unwrap_or(0)),
+        })
+    }
+
+    fn grant_json(&self, holds: &Vec<LockGrant>) -> Value {
+        json!(MultiGrant::new(&self.names, &self.holder, holds))
+    }
+
+    fn granted(&self, holds: Vec<LockGrant>) -> Response {
+        (StatusCode::CREATED, Json(self.grant_json(&holds))).into_response()
+    }
+}
+
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"blocked_by\":[\"orders\"]}\n\nevent: acquired\ndata: {\"holder\":\"worker-1\",\"locks\":[{\"name\":\"orders\",\"fencing_token\":43,\"hold_count\":1},{\"name\":\"invoices\",\"fencing_token\":7,\"hold_count\":1}],\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n";
+
+/// Acquire a set of locks, all or nothing.
+///
+/// The locks are those of `/locks/{name}`: a set conflicts with single
+/// locks on any of its names, and re-enters the locks its holder already
+/// has. Long-polls up to `wait_ms` (woken by a release of any lock of the
+/// set); `Accept: text/event-stream` streams events.
+#[utoipa::path(
+    post,
+    path = "/multilocks/acquire",
+    tag = "multilocks",
+    request_body(content = MultiAcquireRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Acquired: every lock of the set. With `Accept: text/event-stream`: \
+            HTTP 200 and `waiting` events (`retry_after_ms`, `blocked_by`), then one of `acquired`, \
+            `timeout` or `error`.",
+            content((MultiGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE)))),
+        (status = 409, description = "Some locks are held by others (`lock-held`): `blocked_by` names them, \
+            `retry_after_ms` is the longest of their remaining leases; nothing was taken",
+            body = Problem, content_type = "application/problem+json"),
+        AcquireErrors,
+    )
+)]
+pub async fn acquire(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<MultiAcquireRequest>,
+) -> Result<Response, ApiError> {
+    check_names(&body.names)?;
+    let rest = AcquireRequest {
+        holder: body.holder,
+        lease_ms: body.lease_ms,
+        wait_ms: body.wait_ms,
+    };
+    // The set's first name stands for it in the checked request (the
+    // names were checked above).
+    let checked = Checked::new(&state, body.names[0].clone(), rest)?;
+    let acquisition = MultiAcquisition {
+        multilocks: state.multilocks.clone(),
+        names: body.names,
+        holder: checked.holder,
+        lease_ms: checked.lease_ms,
+    };
+    longpoll::respond(
+        &state,
+        wants_sse(&headers),
+        checked.arrived,
+        checked.wait_ms,
+        acquisition,
+    )
+    .await
+}
+
+/// Renew the holder's lease on every lock of the set (or on none).
+#[utoipa::path(
+    post,
+    path = "/multilocks/heartbeat",
+    tag = "multilocks",
+    request_body(content = MultiHeartbeatRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Renewed", body = MultiGrant),
+        HoldErrors,
+    )
+)]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<MultiHeartbeatRequest>,
+) -> Result<Json<MultiGrant>, ApiError> {
+    check_names(&body.names)?;
+    check_holder(&body.holder)?;
+    let lease = body
+        .lease_ms
+        .map(|m| lease_from(&state, Some(m)))
+        .transpose()?;
+    match state
+        .multilocks
+        .heartbeat(&body.names, &body.holder, lease)
+        .await?
+    {
+        Ok(holds) => Ok(Json(MultiGrant::new(&body.names, &body.holder, &holds))),
+        Err(missing) => Err(not_held(picked(&body.names, missing))),
+    }
+}
+
+/// Release one hold of the holder on every lock of the set (or none).
+#[utoipa::path(
+    post,
+    path = "/multilocks/release",
+    tag = "multilocks",
+    request_body(content = MultiReleaseRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Released", body = MultiReleased),
+        HoldErrors,
+    )
+)]
+pub async fn release(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<MultiReleaseRequest>,
+) -> Result<Json<MultiReleased>, ApiError> {
+    check_names(&body.names)?;
+    check_holder(&body.holder)?;
+    match state.multilocks.release(&body.names, &body.holder).await? {
+        Ok(freed) => Ok(Json(MultiReleased {
+            released: picked(&body.names, freed),
+        })),
+        Err(missing) => Err(not_held(picked(&body.names, missing))),
+    }
+}
