@@ -23,6 +23,12 @@
 //! from the same message without asking Redis. Locally, one task per
 //! object reads each message and wakes only the waiters it concerns.
 //!
+//! A request that waits on several objects at once (a multi-lock) uses
+//! [`WaitMode::Watch`]: it joins every object's group for the subscription
+//! only, never takes a baton (so two waiters of overlapping sets cannot
+//! wait for each other locally), and tries whenever any of its channels
+//! announces a change or its blockers' leases end.
+//!
 //! Time: every wait has a deadline fixed when its request arrived. Each try
 //! is bounded by the time left (at least [`MIN_TRY`]). Once a wait has its
 //! first answer, a try that fails on a transient backend error (Redis
@@ -898,6 +904,35 @@ mod tests {
         assert!(desk.upgrade().is_none(), "the desk is gone");
         assert_eq!(hub.channels(), 0, "the channel entry is gone");
         assert_eq!(engine.waiters_on("t:q"), 0);
+    }
+
+    /// A waiter of several objects counts as one open wait, and as one
+    /// waiter of each object; it shares a Relay group's subscription
+    /// without its baton, and leaves nothing subscribed when it goes.
+    #[tokio::test]
+    async fn a_waiter_of_several_objects_joins_and_leaves_every_group() {
+        let (engine, hub) = engine();
+        let single = engine.admit("t:a", WaitMode::Relay).unwrap();
+        let several = engine
+            .admit_all(&["t:a", "t:b", "t:c"], WaitMode::Watch)
+            .unwrap();
+        assert_eq!(engine.inner.open.load(Ordering::Relaxed), 2);
+        assert_eq!(engine.waiters_on("t:a"), 2);
+        assert_eq!(engine.waiters_on("t:c"), 1);
+        assert_eq!(hub.channels(), 3);
+        let baton = single.group().baton.try_lock();
+        assert!(baton.is_ok(), "the Watch waiter took no baton");
+        drop(baton);
+        drop(several);
+        tokio::task::yield_now().await;
+        assert_eq!(engine.waiters_on("t:b"), 0);
+        assert_eq!(engine.waiters_on("t:a"), 1);
+        assert_eq!(
+            hub.channels(),
+            1,
+            "only the single waiter's channel is left"
+        );
+        assert_eq!(engine.inner.open.load(Ordering::Relaxed), 1);
     }
 
     #[test]
