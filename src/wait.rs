@@ -697,35 +697,28 @@ impl Waiter {
         let shutdown = self.engine.shutdown.clone();
         let (seat, wake) = desk.sit(place.ticket, first.position, self.reports);
         let _seated = Seated { desk, id: seat };
-        let mut current = (first, Instant::now());
-        let mut failing: Option<StoreError> = None;
+        let mut own = Own::new(first);
         // A wake message sent between our first try and the subscription
         // above is lost to us (it may have let us go: the head of a fair
         // lock, every reader before a writer), so we look once more at
         // once. One try per arrival, none per handoff.
         let mut recheck = Instant::now();
-        let mut backoff = Backoff::default();
         let now = Instant::now();
         let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
         loop {
             let try_now = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
-                _ = sleep_until(deadline) => {
-                    return match failing {
-                        Some(e) => Err(WaitError::Backend(e)),
-                        None => Ok(Outcome::TimedOut(aged(current.0, current.1))),
-                    };
-                }
+                _ = sleep_until(deadline) => return own.timed_out(),
                 _ = wake.notified() => {
                     let note = desk.note.lock().clone();
                     match reading(note.as_deref(), place.ticket) {
                         Reading::Go => true,
                         Reading::At { position, due } => {
-                            if current.0.position != Some(position) {
-                                current.0.position = Some(position);
-                                desk.update(seat, place.ticket, current.0.position);
-                                progress(aged(current.0, current.1));
+                            if own.current.0.position != Some(position) {
+                                own.current.0.position = Some(position);
+                                desk.update(seat, place.ticket, Some(position));
+                                progress(own.now());
                             }
                             if position == 1 && due > 0 {
                                 recheck = recheck
@@ -740,38 +733,25 @@ impl Waiter {
                 }
                 _ = sleep_until(recheck) => true,
                 _ = tick.tick() => {
-                    progress(aged(current.0, current.1));
+                    progress(own.now());
                     false
                 }
             };
             if !try_now {
                 continue;
             }
-            let result = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
-                result = bounded(deadline, attempt()) => result,
-            };
-            match result {
-                Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
-                Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
-                Ok(Attempt::Blocked(now_blocked)) => {
-                    backoff = Backoff::default();
-                    failing = None;
-                    if differs(Some(aged(current.0, current.1)), now_blocked) {
-                        progress(now_blocked);
-                    }
-                    current = (now_blocked, Instant::now());
+            match own
+                .try_once(&shutdown, deadline, attempt(), &mut progress)
+                .await
+            {
+                Tried::Over(outcome) => return outcome,
+                Tried::Blocked(blocked) => {
                     // A try always answers with a place in this mode.
-                    place = now_blocked.place.unwrap_or(place);
-                    desk.update(seat, place.ticket, current.0.position);
+                    place = blocked.place.unwrap_or(place);
+                    desk.update(seat, place.ticket, blocked.position);
                     recheck = recheck_after(&place);
                 }
-                Err(e) if e.is_transient() => {
-                    failing = Some(e);
-                    recheck = Instant::now() + backoff.next();
-                }
-                Err(e) => return Err(WaitError::Backend(e)),
+                Tried::Failed(pause) => recheck = Instant::now() + pause,
             }
         }
     }
@@ -797,24 +777,17 @@ impl Waiter {
             .iter()
             .map(|(_, g)| g.subscription.receiver())
             .collect();
-        let mut current = (first, Instant::now());
-        let mut failing: Option<StoreError> = None;
+        let mut own = Own::new(first);
         // A release between our first try and the subscriptions above is
         // lost to us: look once more at once.
         let mut recheck = Instant::now();
-        let mut backoff = Backoff::default();
         let now = Instant::now();
         let mut tick = tokio::time::interval_at(now + PROGRESS_EVERY, PROGRESS_EVERY);
         loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
-                _ = sleep_until(deadline) => {
-                    return match failing {
-                        Some(e) => Err(WaitError::Backend(e)),
-                        None => Ok(Outcome::TimedOut(aged(current.0, current.1))),
-                    };
-                }
+                _ = sleep_until(deadline) => return own.timed_out(),
                 // The senders live as long as our groups' subscriptions,
                 // so `changed` never reports a closed channel here.
                 _ = futures_util::future::select_all(
@@ -822,7 +795,7 @@ impl Waiter {
                 ) => {}
                 _ = sleep_until(recheck) => {}
                 _ = tick.tick() => {
-                    progress(aged(current.0, current.1));
+                    progress(own.now());
                     continue;
                 }
             }
@@ -830,32 +803,95 @@ impl Waiter {
             for wake in &mut wakes {
                 wake.borrow_and_update();
             }
-            let result = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
-                result = bounded(deadline, attempt()) => result,
-            };
-            match result {
-                Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
-                Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
-                Ok(Attempt::Blocked(now_blocked)) => {
-                    backoff = Backoff::default();
-                    failing = None;
-                    if differs(Some(aged(current.0, current.1)), now_blocked) {
-                        progress(now_blocked);
-                    }
-                    current = (now_blocked, Instant::now());
+            match own
+                .try_once(&shutdown, deadline, attempt(), &mut progress)
+                .await
+            {
+                Tried::Over(outcome) => return outcome,
+                Tried::Blocked(blocked) => {
                     // Pub/sub is at-most-once: look again by ourselves when
                     // the blockers' leases end (+1 ms to land after).
-                    let after = Duration::from_millis(now_blocked.retry_after_ms.saturating_add(1));
+                    let after = Duration::from_millis(blocked.retry_after_ms.saturating_add(1));
                     recheck = Instant::now() + after.max(MIN_RECHECK);
                 }
-                Err(e) if e.is_transient() => {
-                    failing = Some(e);
-                    recheck = Instant::now() + backoff.next();
-                }
-                Err(e) => return Err(WaitError::Backend(e)),
+                Tried::Failed(pause) => recheck = Instant::now() + pause,
             }
+        }
+    }
+}
+
+/// What a waiter that asks Redis on its own ([`WaitMode::Queue`],
+/// [`WaitMode::Watch`]) knows between its tries.
+struct Own {
+    /// The last blocker seen, and when.
+    current: (Blocked, Instant),
+    /// Set while tries fail; cleared by the next answer.
+    failing: Option<StoreError>,
+    backoff: Backoff,
+}
+
+/// What one try inside a wait leads to.
+enum Tried<T> {
+    /// The wait is over (granted, refused, or a lasting error).
+    Over(Result<Outcome<T>, WaitError>),
+    /// Still blocked, by this.
+    Blocked(Blocked),
+    /// A transient failure: look again after this pause.
+    Failed(Duration),
+}
+
+impl Own {
+    fn new(first: Blocked) -> Self {
+        Own {
+            current: (first, Instant::now()),
+            failing: None,
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// The last blocker, aged to now.
+    fn now(&self) -> Blocked {
+        aged(self.current.0, self.current.1)
+    }
+
+    /// What a wait that reaches its deadline answers.
+    fn timed_out<T>(self) -> Result<Outcome<T>, WaitError> {
+        match self.failing {
+            Some(e) => Err(WaitError::Backend(e)),
+            None => Ok(Outcome::TimedOut(self.now())),
+        }
+    }
+
+    /// One try, bounded by the deadline; reports a changed blocker.
+    async fn try_once<T>(
+        &mut self,
+        shutdown: &CancellationToken,
+        deadline: Instant,
+        attempt: impl Future<Output = Result<Attempt<T>, StoreError>>,
+        progress: &mut impl FnMut(Blocked),
+    ) -> Tried<T> {
+        let result = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Tried::Over(Err(WaitError::ShuttingDown)),
+            result = bounded(deadline, attempt) => result,
+        };
+        match result {
+            Ok(Attempt::Granted(grant)) => Tried::Over(Ok(Outcome::Granted(grant))),
+            Ok(Attempt::Refused(r)) => Tried::Over(Err(WaitError::Refused(r))),
+            Ok(Attempt::Blocked(blocked)) => {
+                self.backoff = Backoff::default();
+                self.failing = None;
+                if differs(Some(self.now()), blocked) {
+                    progress(blocked);
+                }
+                self.current = (blocked, Instant::now());
+                Tried::Blocked(blocked)
+            }
+            Err(e) if e.is_transient() => {
+                self.failing = Some(e);
+                Tried::Failed(self.backoff.next())
+            }
+            Err(e) => Tried::Over(Err(WaitError::Backend(e))),
         }
     }
 }
