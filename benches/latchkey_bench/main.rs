@@ -7,7 +7,8 @@
 //! (this benchmark re-executed, same core as the service — the HTTP
 //! ceiling) and the plain lock's Lua scripts called directly on Redis (the
 //! floor). It measures uncontended throughput and latency of plain and read
-//! locks ([`throughput`]), handoff latency and Redis commands per handoff
+//! locks, and of one semaphore shared by all workers with a permit for each
+//! ([`throughput`]), handoff latency and Redis commands per handoff
 //! on a plain and on a fair lock ([`handoff`]) and memory per parked waiter
 //! ([`parked`]), each figure the median of interleaved rounds, and prints
 //! one markdown table ([`report`]). Any failed request or check makes it
@@ -36,6 +37,15 @@ use redisinfo::Redis;
 
 /// Concurrency levels of the throughput runs.
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
+
+// The semaphore kind has a permit for every worker: nothing may wait.
+const _: () = {
+    let mut i = 0;
+    while i < CONCURRENCY.len() {
+        assert!(CONCURRENCY[i] <= throughput::SEM_PERMITS);
+        i += 1;
+    }
+};
 /// Waiter counts of the handoff runs.
 const WAITERS: [usize; 2] = [8, 64];
 

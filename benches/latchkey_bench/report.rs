@@ -1,4 +1,7 @@
 //! The output: machine notes, then ONE markdown table, then footnotes.
+//! The throughput rows come per concurrency: plain-lock, read-lock and
+//! semaphore pairs (the semaphore's against the plain lock's direct floor,
+//! its share of the plain-lock rate and its c=64 latencies in a footnote).
 
 use crate::{handoff, parked, throughput};
 
@@ -53,6 +56,19 @@ fn throughput_rows(rows: &[throughput::Row]) {
             &format!("read-lock acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
             r.read_pairs,
             NONE,
+            bare_pairs,
+            0,
+        );
+        // Against the same floor as plain locks (their scripts): how far
+        // the semaphore is from the cheapest acquire+release there is.
+        row(
+            &format!(
+                "semaphore acquire+release pairs/s, c={c}, all on one semaphore of {} permits \
+                 (direct: the plain lock's scripts; bare: pairs of GETs)",
+                throughput::SEM_PERMITS
+            ),
+            r.sem_pairs,
+            r.direct_pairs,
             bare_pairs,
             0,
         );
@@ -219,9 +235,41 @@ fn read_lock_footnote(rows: &[throughput::Row]) {
     );
 }
 
+/// The semaphore pairs against the plain-lock pairs of the same rounds;
+/// the latencies at the concurrency they are meant for (c=64).
+fn semaphore_footnote(rows: &[throughput::Row]) {
+    let each = |f: fn(&throughput::Row) -> f64| -> String {
+        let parts: Vec<String> = (rows.iter())
+            .map(|r| format!("c={} {}", r.c, fig(f(r), 2)))
+            .collect();
+        parts.join(", ")
+    };
+    let ratio = each(|r| r.sem_pairs / r.latchkey_pairs);
+    let redis_us = each(|r| r.redis_us_sem);
+    let latency: Vec<String> = (rows.iter().filter(|r| r.c == 64))
+        .map(|r| {
+            format!(
+                "; p50 µs at c=64: acquire {}, release {} (plain lock: {}, {})",
+                fig(r.sem_acquire_p50_us, 0),
+                fig(r.sem_release_p50_us, 0),
+                fig(r.acquire_p50_us, 0),
+                fig(r.release_p50_us, 0),
+            )
+        })
+        .collect();
+    println!(
+        "- semaphore pairs (every worker on ONE semaphore of {} permits, one permit each: \
+         nothing waits, all contend on its keys) ÷ plain-lock pairs (each worker on its own \
+         lock): {ratio}; Redis µs per EVALSHA behind them: {redis_us}{}.",
+        throughput::SEM_PERMITS,
+        latency.concat()
+    );
+}
+
 fn footnotes(report: &Report) {
     busy_footnotes(&report.throughput, &report.cpu_labels);
     read_lock_footnote(&report.throughput);
+    semaphore_footnote(&report.throughput);
     for r in &report.handoff {
         let rewon = match r.kind {
             handoff::Kind::Plain => "not a fair lock",

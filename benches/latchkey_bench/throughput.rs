@@ -1,11 +1,19 @@
-//! Uncontended throughput and latency. `c` workers, each on its own lock
-//! name (so nothing ever waits), run one kind of operation in a loop:
+//! Throughput and latency where nothing ever waits. `c` workers run one
+//! kind of operation in a loop, each on its own lock name but for the
+//! semaphore kind, where all of them share one semaphore:
 //!
 //! - **latchkey**: `POST /locks/{name}/acquire` (201) then
 //!   `DELETE /locks/{name}/holders/{holder}` (200) on the service;
 //! - **read-lock**: the same pair on a read-write lock's read side,
 //!   `POST /rwlocks/{name}/read/acquire` (201) then
 //!   `DELETE /rwlocks/{name}/holders/{holder}` (200);
+//! - **semaphore**: `POST /semaphores/{name}/acquire` (201, one permit)
+//!   then `DELETE /semaphores/{name}/holders/{holder}` (200), every worker
+//!   on the SAME semaphore, configured once per row with
+//!   [`SEM_PERMITS`] (64) permits: with at most 64 workers no acquire
+//!   waits (a 409 would fail the run), but all of them contend on that
+//!   one semaphore's keys. It runs at every concurrency like the others;
+//!   the figure it is meant for is c = 64;
 //! - **direct**: the plain lock's two Lua scripts, EVALSHA on one
 //!   multiplexed redis connection shared by all workers (their commands
 //!   pipeline on it) — the floor no HTTP front-end can beat;
@@ -13,7 +21,7 @@
 //!   `GET /healthz` on latchkey — the HTTP ceiling, and latchkey's own
 //!   routing and layers without Redis.
 //!
-//! The kinds' rounds are interleaved (L R D B H L R D B H …) and each
+//! The kinds' rounds are interleaved (L R S D B H L R S D B H …) and each
 //! figure is the median over rounds, so all columns of a row see the same
 //! noise.
 
@@ -33,6 +41,10 @@ use crate::cpu::Watch;
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile_us};
 use crate::tasks::join_all;
+
+/// Permits of the semaphore kind's one semaphore: as many as the most
+/// workers, so that none of them ever waits.
+pub const SEM_PERMITS: usize = 64;
 
 /// Workers must stop within this after a round ends.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
@@ -238,6 +250,9 @@ pub struct Row {
     pub latchkey_pairs: f64,
     /// Read-lock acquire+release pairs per second.
     pub read_pairs: f64,
+    /// Semaphore acquire+release pairs per second, all workers on one
+    /// semaphore of [`SEM_PERMITS`] permits.
+    pub sem_pairs: f64,
     pub direct_pairs: f64,
     pub bare_rps: f64,
     pub healthz_rps: f64,
@@ -245,36 +260,73 @@ pub struct Row {
     pub release_p50_us: f64,
     pub read_acquire_p50_us: f64,
     pub read_release_p50_us: f64,
+    pub sem_acquire_p50_us: f64,
+    pub sem_release_p50_us: f64,
     pub direct_acquire_p50_us: f64,
     pub direct_release_p50_us: f64,
     pub bare_p50_us: f64,
     pub healthz_p50_us: f64,
     pub redis_us_latchkey: f64,
     pub redis_us_read: f64,
+    pub redis_us_sem: f64,
     pub redis_us_direct: f64,
     /// Busy % of (server core, client core) per kind, medians.
     pub busy: Vec<(&'static str, Vec<f64>)>,
     pub errors: Vec<String>,
 }
 
+impl HttpPair {
+    /// `POST {route}/{name}/{acquire}` and
+    /// `DELETE {route}/{name}/holders/{holder}`.
+    fn new(base: &Arc<str>, route: &str, name: &str, acquire: &str, holder: &str) -> HttpPair {
+        let body = serde_json::json!({ "holder": holder, "lease_ms": LEASE_MS });
+        HttpPair {
+            conn: Lazy::new(base),
+            acquire: format!("{route}/{name}/{acquire}"),
+            body: Bytes::from(body.to_string()),
+            release: format!("{route}/{name}/holders/{holder}"),
+        }
+    }
+}
+
+/// Route prefix of semaphores.
+const SEMAPHORES: &str = "/semaphores";
+
 impl Targets {
-    /// Pairs of `POST {route}/{name}/{acquire}` and
-    /// `DELETE {route}/{name}/holders/{holder}`, each worker on its own name.
+    /// Acquire+release pairs on `route`, each worker on its own name.
     fn http_pairs(&self, c: usize, route: &str, acquire: &str) -> Vec<HttpPair> {
         let base: Arc<str> = self.latchkey.as_str().into();
         let tag = route.trim_start_matches('/');
         (0..c)
             .map(|i| {
-                let (name, holder) = (format!("bench-{tag}-c{c}-{i}"), format!("h{i}"));
-                let body = serde_json::json!({ "holder": holder, "lease_ms": LEASE_MS });
-                HttpPair {
-                    conn: Lazy::new(&base),
-                    acquire: format!("{route}/{name}/{acquire}"),
-                    body: Bytes::from(body.to_string()),
-                    release: format!("{route}/{name}/holders/{holder}"),
-                }
+                let name = format!("bench-{tag}-c{c}-{i}");
+                HttpPair::new(&base, route, &name, acquire, &format!("h{i}"))
             })
             .collect()
+    }
+
+    /// Acquire+release pairs of one permit each, every worker (its own
+    /// holder) on the one semaphore `name`.
+    fn sem_pairs(&self, c: usize, name: &str) -> Vec<HttpPair> {
+        let base: Arc<str> = self.latchkey.as_str().into();
+        (0..c)
+            .map(|i| HttpPair::new(&base, SEMAPHORES, name, "acquire", &format!("h{i}")))
+            .collect()
+    }
+
+    /// `PUT /semaphores/{name}` with [`SEM_PERMITS`] permits (200).
+    async fn configure_semaphore(&self, name: &str) -> Result<(), String> {
+        let body = serde_json::json!({ "permits": SEM_PERMITS });
+        let mut conn = Conn::open(&self.latchkey).await?;
+        conn.call(
+            Method::PUT,
+            &format!("{SEMAPHORES}/{name}"),
+            Some(&Bytes::from(body.to_string())),
+            StatusCode::OK,
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("configuring the semaphore: {e}"))
     }
 
     fn direct_pairs(&self, c: usize) -> Vec<DirectPair> {
@@ -319,19 +371,27 @@ impl Targets {
     }
 }
 
-/// The five kinds: their names, and the column names of their steps.
-const KINDS: [(&str, &[&str]); 5] = [
+/// The six kinds: their names, and the column names of their steps.
+const KINDS: [(&str, &[&str]); 6] = [
     ("latchkey", &["acq", "rel"]),
     ("read-lock", &["acq", "rel"]),
+    ("semaphore", &["acq", "rel"]),
     ("direct", &["acq", "rel"]),
     ("bare", &["p50"]),
     ("healthz", &["p50"]),
 ];
 
-/// Interleaved rounds of the five kinds at concurrency `c`; medians.
+/// Interleaved rounds of the six kinds at concurrency `c` (at most
+/// [`SEM_PERMITS`]); medians.
 pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Row {
     let mut cols: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut errors = Vec::new();
+    // A fresh semaphore per row, configured once; every round reuses it
+    // (each pair gives its permit back).
+    let semaphore = format!("bench-semaphore-c{c}");
+    if let Err(e) = t.configure_semaphore(&semaphore).await {
+        errors.push(format!("semaphore c={c}: {e}"));
+    }
     for _ in 0..rounds {
         let (l, l_us) = t
             .with_redis_cpu(drive(
@@ -342,13 +402,15 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
             .await;
         let read_pairs = t.http_pairs(c, "/rwlocks", "read/acquire");
         let (r, r_us) = t.with_redis_cpu(drive(read_pairs, timing, &t.watch)).await;
+        let sem_pairs = t.sem_pairs(c, &semaphore);
+        let (s, s_us) = t.with_redis_cpu(drive(sem_pairs, timing, &t.watch)).await;
         let (d, d_us) = t
             .with_redis_cpu(drive(t.direct_pairs(c), timing, &t.watch))
             .await;
         let b = drive(t.gets(&t.bare, "/", c), timing, &t.watch).await;
         let h = drive(t.gets(&t.latchkey, "/healthz", c), timing, &t.watch).await;
-        let redis_us = [l_us, r_us, d_us, f64::NAN, f64::NAN];
-        for (((kind, steps), round), us) in KINDS.iter().zip([l, r, d, b, h]).zip(redis_us) {
+        let redis_us = [l_us, r_us, s_us, d_us, f64::NAN, f64::NAN];
+        for (((kind, steps), round), us) in KINDS.iter().zip([l, r, s, d, b, h]).zip(redis_us) {
             let mut put =
                 |name: &str, v: f64| cols.entry(format!("{kind}_{name}")).or_default().push(v);
             put("per_s", round.per_s);
@@ -373,6 +435,7 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
         c,
         latchkey_pairs: m("latchkey_per_s"),
         read_pairs: m("read-lock_per_s"),
+        sem_pairs: m("semaphore_per_s"),
         direct_pairs: m("direct_per_s"),
         bare_rps: m("bare_per_s"),
         healthz_rps: m("healthz_per_s"),
@@ -380,12 +443,15 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
         release_p50_us: m("latchkey_rel"),
         read_acquire_p50_us: m("read-lock_acq"),
         read_release_p50_us: m("read-lock_rel"),
+        sem_acquire_p50_us: m("semaphore_acq"),
+        sem_release_p50_us: m("semaphore_rel"),
         direct_acquire_p50_us: m("direct_acq"),
         direct_release_p50_us: m("direct_rel"),
         bare_p50_us: m("bare_p50"),
         healthz_p50_us: m("healthz_p50"),
         redis_us_latchkey: m("latchkey_redis_us"),
         redis_us_read: m("read-lock_redis_us"),
+        redis_us_sem: m("semaphore_redis_us"),
         redis_us_direct: m("direct_redis_us"),
         busy: busy.to_vec(),
         errors,
