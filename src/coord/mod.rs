@@ -9,6 +9,7 @@
 //! [`Store`]: crate::store::Store
 
 pub mod locks;
+pub mod redlock;
 pub mod rwlocks;
 pub mod semaphores;
 

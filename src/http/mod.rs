@@ -10,6 +10,7 @@ pub mod locks;
 pub mod longpoll;
 pub mod middleware;
 mod openapi;
+pub mod redlocks;
 pub(crate) mod responses;
 mod router;
 pub mod rwlocks;
