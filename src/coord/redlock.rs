@@ -615,7 +615,7 @@ impl RedLocks {
         let args = [holder];
         let (keys, args) = (&keys, &args);
         self.on_every_node(nodes, timeout, |node| async move {
-            node.write::<i64>(&scripts::REDLOCK_RELEASE, keys, args)
+            node.write_repeatable::<i64>(&scripts::REDLOCK_RELEASE, keys, args)
                 .await
         })
         .await

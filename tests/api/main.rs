@@ -8,6 +8,7 @@ mod helpers;
 mod locks;
 mod model;
 mod ops;
+mod redlock;
 mod rwlocks;
 mod scripts;
 mod semaphores;
