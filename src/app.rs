@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::coord::locks::{LockKind, Locks};
 use crate::coord::multilocks::MultiLocks;
+use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
 use crate::http;
@@ -52,6 +53,13 @@ impl Application {
         );
         let engine = WaitEngine::new(hub, config.max_waiters, shutdown.clone(), metrics.clone());
         let grace_ms = config.queue_grace_ms;
+        // RedLock nodes that are down now are tried again on every call;
+        // readiness is about the main Redis only.
+        let redlocks = if config.redlock_nodes.is_empty() {
+            None
+        } else {
+            Some(RedLocks::open(&config, store.clone(), metrics.clone()).await?)
+        };
         let state = AppState {
             config: Arc::new(config),
             locks: Locks::new(store.clone(), LockKind::Plain),
@@ -59,6 +67,7 @@ impl Application {
             multilocks: MultiLocks::new(store.clone()),
             rwlocks: RwLocks::new(store.clone(), grace_ms),
             semaphores: Semaphores::new(store.clone(), grace_ms),
+            redlocks,
             store,
             engine,
             metrics,

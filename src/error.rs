@@ -14,7 +14,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::coord::Refusal;
-use crate::store::StoreError;
+use crate::store::{Condition, StoreError};
 use crate::wait::WaitError;
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
@@ -283,6 +283,27 @@ impl ApiError {
         .retry_after(1)
     }
 
+    /// 503 `quorum-unavailable`: too few RedLock nodes answered in time
+    /// (`detail` says how many).
+    pub fn quorum_unavailable(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProblemType::QuorumUnavailable,
+            detail,
+        )
+        .retry_after(1)
+    }
+
+    /// 503 `redlock-not-configured`: no RedLock nodes are configured.
+    pub fn redlock_not_configured() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProblemType::RedlockNotConfigured,
+            "no RedLock nodes are configured on this instance: set LATCHKEY_REDLOCK_NODES to \
+             three or more independent Redis URLs",
+        )
+    }
+
     pub fn shutting_down() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -326,6 +347,14 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
+            // The detail is the RedLock module's own, written for clients.
+            StoreError::Unavailable {
+                condition: Condition::NoQuorum,
+                detail,
+            } => {
+                tracing::info!(detail, "RedLock quorum unavailable");
+                ApiError::quorum_unavailable(detail)
+            }
             StoreError::Unavailable { condition, detail } => {
                 tracing::warn!(error = %detail, "redis unavailable: {}", condition.describe());
                 ApiError::backend_unavailable(format!("{}; retry shortly", condition.describe()))

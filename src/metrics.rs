@@ -50,6 +50,9 @@ pub struct MetricsInner {
     pub redis_errors: IntCounterVec,
     /// Lua script round-trip latency by script.
     pub script_duration: HistogramVec,
+    /// Calls to a RedLock node that failed or did not answer within the
+    /// per-node timeout, by node index in `redlock_nodes` (from 0).
+    pub redlock_node_errors: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -135,6 +138,15 @@ impl Metrics {
         )
         .expect("valid metric");
 
+        let redlock_node_errors = IntCounterVec::new(
+            Opts::new(
+                "latchkey_redlock_node_errors_total",
+                "RedLock node calls that failed or timed out, by node index",
+            ),
+            &["node"],
+        )
+        .expect("valid metric");
+
         for collector in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
@@ -146,6 +158,7 @@ impl Metrics {
             Box::new(pubsub_messages.clone()),
             Box::new(redis_errors.clone()),
             Box::new(script_duration.clone()),
+            Box::new(redlock_node_errors.clone()),
         ] {
             registry
                 .register(collector)
@@ -165,6 +178,7 @@ impl Metrics {
                 pubsub_messages,
                 redis_errors,
                 script_duration,
+                redlock_node_errors,
             }),
         }
     }

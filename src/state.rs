@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::coord::locks::Locks;
 use crate::coord::multilocks::MultiLocks;
+use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
 use crate::metrics::Metrics;
@@ -37,6 +38,9 @@ pub struct AppState {
     pub rwlocks: RwLocks,
     /// Semaphores with leased permits (`/semaphores`).
     pub semaphores: Semaphores,
+    /// RedLock over the independent `redlock_nodes` (`/redlocks`); `None`
+    /// when none are configured.
+    pub redlocks: Option<RedLocks>,
     /// The service's Prometheus registry.
     pub metrics: Metrics,
     /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.

@@ -9,8 +9,9 @@
 //! floor). It measures uncontended throughput and latency of plain and read
 //! locks, and of one semaphore shared by all workers with a permit for each
 //! ([`throughput`]), handoff latency and Redis commands per handoff
-//! on a plain and on a fair lock ([`handoff`]) and memory per parked waiter
-//! ([`parked`]), each figure the median of interleaved rounds, and prints
+//! on a plain and on a fair lock ([`handoff`]), memory per parked waiter
+//! ([`parked`]) and RedLock pairs over three nodes ([`redlock`]), each
+//! figure the median of interleaved rounds, and prints
 //! one markdown table ([`report`]). Any failed request or check makes it
 //! exit non-zero (after printing), so a broken service cannot produce a
 //! good-looking number.
@@ -23,6 +24,7 @@ mod parked;
 mod pinning;
 mod procs;
 mod redisinfo;
+mod redlock;
 mod report;
 mod stats;
 mod tasks;
@@ -164,6 +166,8 @@ struct Children {
     service: procs::Service,
     bare: procs::Child,
     bare_url: String,
+    /// The RedLock nodes the service uses (kept alive with it).
+    redlock_nodes: Vec<procs::Child>,
 }
 
 /// Starts the children, runs every phase, and stops everything.
@@ -174,8 +178,16 @@ fn run(
 ) -> Result<report::Report, String> {
     let cpu = placement.server_cpu;
     let (redis, redis_url) = procs::start_redis(cpu)?;
+    let mut redlock_nodes = Vec::new();
+    let mut redlock_urls = Vec::new();
+    for _ in 0..redlock::NODES {
+        let (node, url) = procs::start_redis(cpu)?;
+        redlock_nodes.push(node);
+        redlock_urls.push(url);
+    }
     // Defaults suit the handoff runs; the parked phase starts its own.
-    let service = procs::start_service(cpu, &redis_url, None)?;
+    let nodes = ("LATCHKEY_REDLOCK_NODES", redlock_urls.join(","));
+    let service = procs::start_service_with(cpu, &redis_url, None, &[nodes])?;
     let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
     let children = Children {
         redis,
@@ -183,6 +195,7 @@ fn run(
         service,
         bare,
         bare_url,
+        redlock_nodes,
     };
     // Its worker threads inherit this thread's core (the load generator's).
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
@@ -200,6 +213,10 @@ async fn phases(
     let admin = Redis::connect(&children.redis_url).await?;
     let version = admin.field("server", "redis_version").await?;
     notes.push(settings.describe(&version));
+    notes.push(format!(
+        "the service has {} RedLock nodes (redis-servers without persistence, on its core)",
+        children.redlock_nodes.len()
+    ));
     let client = client::build()?;
     let targets = throughput::Targets {
         latchkey: children.service.base.clone(),
@@ -213,6 +230,7 @@ async fn phases(
         throughput
             .push(throughput::measure(&targets, c, settings.rounds, settings.throughput).await);
     }
+    let redlock = vec![redlock::measure(&targets, 16, settings.rounds, settings.throughput).await];
     let base = &children.service.base;
     let handoff = handoff::measure(
         &client,
@@ -234,12 +252,14 @@ async fn phases(
     let errors = (throughput.iter().flat_map(|r| r.errors.clone()))
         .chain(handoff.iter().flat_map(|r| r.errors.clone()))
         .chain(parked.iter().flat_map(|r| r.errors.clone()))
+        .chain(redlock.iter().flat_map(|r| r.errors.clone()))
         .collect();
     Ok(report::Report {
         notes,
         throughput,
         handoff,
         parked,
+        redlock,
         cpu_labels: targets.watch.labels(),
         errors,
     })

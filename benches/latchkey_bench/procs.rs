@@ -154,6 +154,16 @@ pub fn start_service(
     redis_url: &str,
     limits: Option<(usize, u64)>,
 ) -> Result<Service, String> {
+    start_service_with(cpu, redis_url, limits, &[])
+}
+
+/// [`start_service`] with extra `LATCHKEY_*` settings (the RedLock nodes).
+pub fn start_service_with(
+    cpu: Option<usize>,
+    redis_url: &str,
+    limits: Option<(usize, u64)>,
+    settings: &[(&str, String)],
+) -> Result<Service, String> {
     // Another build of the service (an ablation: a patched or differently
     // built binary) may be measured in its place.
     let binary = std::env::var_os("LATCHKEY_BENCH_BINARY")
@@ -173,6 +183,9 @@ pub fn start_service(
         command
             .env("LATCHKEY_MAX_WAITERS", max_waiters.to_string())
             .env("LATCHKEY_MAX_WAIT_MS", max_wait_ms.to_string());
+    }
+    for (key, value) in settings {
+        command.env(key, value);
     }
     let mut child = spawn(command, "latchkey")?;
     let stdout = child.inner.stdout.take().ok_or("no stdout pipe")?;

@@ -3,7 +3,7 @@
 //! semaphore pairs (the semaphore's against the plain lock's direct floor,
 //! its share of the plain-lock rate and its c=64 latencies in a footnote).
 
-use crate::{handoff, parked, throughput};
+use crate::{handoff, parked, redlock, throughput};
 
 /// Everything measured.
 pub struct Report {
@@ -12,6 +12,7 @@ pub struct Report {
     pub throughput: Vec<throughput::Row>,
     pub handoff: Vec<handoff::Row>,
     pub parked: Vec<parked::Row>,
+    pub redlock: Vec<redlock::Row>,
     /// Labels of the CPU figures of the throughput rows.
     pub cpu_labels: Vec<String>,
     pub errors: Vec<String>,
@@ -266,10 +267,51 @@ fn semaphore_footnote(rows: &[throughput::Row]) {
     );
 }
 
+/// RedLock pairs; the bare column is the pairs of GETs at the same
+/// concurrency from the throughput rows.
+fn redlock_rows(report: &Report) {
+    for r in &report.redlock {
+        let bare = (report.throughput.iter())
+            .find(|t| t.c == r.c)
+            .map_or(NONE, |t| t.bare_rps / 2.0);
+        row(
+            &format!(
+                "RedLock ({} nodes) acquire+release pairs/s, c={} (bare: pairs of GETs)",
+                redlock::NODES,
+                r.c
+            ),
+            r.redlock_pairs,
+            NONE,
+            bare,
+            0,
+        );
+    }
+}
+
+/// The RedLock pairs against the plain-lock pairs of the same rounds.
+fn redlock_footnote(rows: &[redlock::Row]) {
+    for r in rows {
+        println!(
+            "- RedLock ({} nodes), c={}: {} pairs/s against {} plain-lock pairs/s in the same \
+             interleaved rounds (÷ {}); p50 µs: acquire {}, release {}. A pair is one script \
+             on every node for the acquire and for the release, and one PUBLISH on the main \
+             Redis.",
+            redlock::NODES,
+            r.c,
+            fig(r.redlock_pairs, 0),
+            fig(r.plain_pairs, 0),
+            fig(r.redlock_pairs / r.plain_pairs, 2),
+            fig(r.acquire_p50_us, 0),
+            fig(r.release_p50_us, 0),
+        );
+    }
+}
+
 fn footnotes(report: &Report) {
     busy_footnotes(&report.throughput, &report.cpu_labels);
     read_lock_footnote(&report.throughput);
     semaphore_footnote(&report.throughput);
+    redlock_footnote(&report.redlock);
     for r in &report.handoff {
         let rewon = match r.kind {
             handoff::Kind::Plain => "not a fair lock",
@@ -311,6 +353,7 @@ pub fn print(report: &Report) {
     );
     println!("|---|---:|---:|---:|---:|---:|");
     throughput_rows(&report.throughput);
+    redlock_rows(report);
     handoff_rows(&report.handoff);
     parked_rows(&report.parked);
     println!();

@@ -65,13 +65,13 @@ pub trait Op: Send + 'static {
 }
 
 /// What one round of one kind measured.
-struct Round {
-    per_s: f64,
+pub struct Round {
+    pub per_s: f64,
     /// p50 of each step of the operation, µs.
-    step_p50_us: Vec<f64>,
+    pub step_p50_us: Vec<f64>,
     /// Percent of a core used by each of [`Watch::labels`] while measuring.
-    busy: Vec<f64>,
-    errors: Vec<String>,
+    pub busy: Vec<f64>,
+    pub errors: Vec<String>,
 }
 
 #[derive(Default)]
@@ -83,7 +83,7 @@ struct Shared {
 
 /// Runs one worker per op: warm-up, then counts operations and keeps step
 /// latencies during the measured window.
-async fn drive<O: Op>(ops: Vec<O>, timing: Timing, watch: &Watch) -> Round {
+pub async fn drive<O: Op>(ops: Vec<O>, timing: Timing, watch: &Watch) -> Round {
     let shared = Arc::new(Shared::default());
     let mut tasks = JoinSet::new();
     for mut op in ops {
@@ -144,7 +144,7 @@ impl Lazy {
 }
 
 /// latchkey: acquire then release over HTTP.
-struct HttpPair {
+pub struct HttpPair {
     conn: Lazy,
     acquire: String,
     body: Bytes,
@@ -294,7 +294,7 @@ const SEMAPHORES: &str = "/semaphores";
 
 impl Targets {
     /// Acquire+release pairs on `route`, each worker on its own name.
-    fn http_pairs(&self, c: usize, route: &str, acquire: &str) -> Vec<HttpPair> {
+    pub fn http_pairs(&self, c: usize, route: &str, acquire: &str) -> Vec<HttpPair> {
         let base: Arc<str> = self.latchkey.as_str().into();
         let tag = route.trim_start_matches('/');
         (0..c)

@@ -10,6 +10,7 @@
 
 pub mod locks;
 pub mod multilocks;
+pub mod redlock;
 pub mod rwlocks;
 pub mod semaphores;
 

@@ -11,6 +11,7 @@ pub mod longpoll;
 pub mod middleware;
 pub mod multilocks;
 mod openapi;
+pub mod redlocks;
 pub(crate) mod responses;
 mod router;
 pub mod rwlocks;

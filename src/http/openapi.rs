@@ -34,6 +34,13 @@ use crate::error::Problem;
             ends. Configure with PUT first. Waiters are served in arrival order; a request that \
             fits may overtake waiters that need more than is available, at most 16 times per \
             waiter at the head of the queue, so large requests are never starved."),
+        (name = "redlocks", description = "RedLock over independent Redis nodes \
+            (`redlock_nodes`, N ≥ 3): granted when N/2+1 nodes grant within the validity \
+            (`lease_ms − elapsed − drift`); every node is asked at once, each call bounded by a \
+            tenth of the lease (at most 100 ms). 503 `quorum-unavailable` when too few nodes \
+            answer; 503 `redlock-not-configured` on every route when no nodes are configured. \
+            Read the README's guarantees before relying on it: a plain lock with fencing tokens \
+            is often the better choice."),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(Problem)),

@@ -15,7 +15,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish};
-use super::{fair_locks, health, locks, multilocks, rwlocks, semaphores};
+use super::{fair_locks, health, locks, multilocks, redlocks, rwlocks, semaphores};
 use crate::config::CorsOrigins;
 use crate::state::AppState;
 
@@ -50,6 +50,10 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(semaphores::acquire))
         .routes(routes!(semaphores::heartbeat))
         .routes(routes!(semaphores::release))
+        .routes(routes!(redlocks::acquire))
+        .routes(routes!(redlocks::heartbeat))
+        .routes(routes!(redlocks::release))
+        .routes(routes!(redlocks::state))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

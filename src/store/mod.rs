@@ -59,6 +59,9 @@ pub enum Condition {
     ClusterDown,
     NoReplicas,
     Rejected,
+    /// Too few RedLock nodes answered in time for a quorum (RedLock only;
+    /// the nodes are not the main Redis).
+    NoQuorum,
 }
 
 impl Condition {
@@ -81,6 +84,7 @@ impl Condition {
             Condition::ClusterDown => "the Redis Cluster is down or resharding",
             Condition::NoReplicas => "not enough Redis replicas are connected",
             Condition::Rejected => "Redis rejected a command",
+            Condition::NoQuorum => "too few RedLock nodes answered in time for a quorum",
         }
     }
 

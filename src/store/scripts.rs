@@ -85,4 +85,12 @@ scripts! {
     SEM_RELEASE => "sem_release" = ["queue", "sem", "queue_refresh", "sem_release"],
     SEM_STATE => "sem_state" = ["queue", "sem", "queue_refresh", "sem_state"],
     SEM_DELETE => "sem_delete" = ["queue", "sem", "queue_refresh", "sem_delete"],
+    // RedLock: each runs on one RedLock node, except `redlock_wake` (main Redis).
+    REDLOCK_ACQUIRE => "redlock_acquire" = ["redlock_acquire"],
+    REDLOCK_FENCE => "redlock_fence" = ["redlock_fence"],
+    REDLOCK_UNDO => "redlock_undo" = ["redlock_undo"],
+    REDLOCK_HEARTBEAT => "redlock_heartbeat" = ["redlock_heartbeat"],
+    REDLOCK_RELEASE => "redlock_release" = ["redlock_release"],
+    REDLOCK_STATE => "redlock_state" = ["redlock_state"],
+    REDLOCK_WAKE => "redlock_wake" = ["redlock_wake"],
 }

@@ -9,6 +9,7 @@ mod locks;
 mod model;
 mod multilocks;
 mod ops;
+mod redlock;
 mod rwlocks;
 mod scripts;
 mod semaphores;

@@ -1,0 +1,334 @@
+//! `/redlocks/{name}/...`: RedLock over independent Redis nodes (README:
+//! "RedLock"). The acquire is a blocking [`Acquisition`] like every other;
+//! its waiters wait in [`WaitMode::Relay`] (one local lead asks the nodes)
+//! and are woken by the wake messages a release publishes on the main
+//! Redis, or by their own timer when the blocking holds' leases end.
+//!
+//! Without configured nodes every route answers 503
+//! `redlock-not-configured`. The routes are not the lock family's
+//! `hold_routes!`: RedLock has no force unlock, and its state reads are
+//! per node, without a local waiter count.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::coord::redlock::{RedGrant, RedLocks, RedState};
+use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::error::{ApiError, Problem};
+use crate::http::extract::{
+    ApiJson, ApiPath, check_holder_in_path, check_name, lease_from, wants_sse,
+};
+use crate::http::lock_family::{
+    AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath, created,
+};
+use crate::http::longpoll::{self, Acquisition};
+use crate::http::responses::{AcquireErrors, HoldErrors};
+use crate::state::AppState;
+use crate::store::StoreError;
+
+pub const TAG: &str = "redlocks";
+
+/// How many nodes granted (or renewed) the hold.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeCount {
+    /// Nodes that granted (at least a quorum, N/2+1).
+    pub acquired: usize,
+    /// Nodes configured.
+    pub total: usize,
+}
+
+/// A RedLock grant or renewal: the lock family's grant, how long it can be
+/// relied on, and how many nodes agreed. `hold_count` is always 1 (a
+/// re-acquire renews the hold and keeps its token; one release frees it),
+/// and `expires_in_ms` is `validity_ms`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "nightly-report", "holder": "worker-1", "fencing_token": 12, "hold_count": 1,
+    "lease_ms": 30000, "expires_in_ms": 29695, "heartbeat_interval_ms": 10000,
+    "validity_ms": 29695, "nodes": {"acquired": 3, "total": 3}
+}))]
+pub struct RedlockGrant {
+    #[serde(flatten)]
+    pub grant: Grant,
+    /// `lease_ms − elapsed − drift` (drift = lease_ms/100 + 2): how long
+    /// the hold can be relied on from when the request was served. Finish
+    /// (or renew) within it.
+    pub validity_ms: u64,
+    pub nodes: NodeCount,
+}
+
+impl RedlockGrant {
+    fn new(name: &str, holder: &str, g: &RedGrant) -> Self {
+        let mut grant = Grant::of(name, holder, g.fencing_token, 1, g.lease_ms);
+        grant.expires_in_ms = g.validity_ms;
+        RedlockGrant {
+            grant,
+            validity_ms: g.validity_ms,
+            nodes: NodeCount {
+                acquired: g.acquired,
+                total: g.total,
+            },
+        }
+    }
+}
+
+/// The answer to a release.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"released": true}))]
+pub struct RedlockRelease {
+    /// True when the holder held a quorum of the nodes that answered (its
+    /// hold was whole); false when only fewer still had it (the hold had
+    /// already been lost; what was left is removed).
+    pub released: bool,
+}
+
+/// One node's view of the lock.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RedlockNode {
+    /// Index in the configured node list, from 0.
+    pub node: usize,
+    /// Whether the node answered within the per-node timeout.
+    pub reachable: bool,
+    pub locked: bool,
+    /// Remaining lease on this node in ms (0 when free or unreachable).
+    pub ttl_ms: u64,
+}
+
+/// A RedLock's state on every node (never a holder id).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "name": "nightly-report", "locked_on": 2, "total": 3,
+    "nodes": [
+        {"node": 0, "reachable": true, "locked": true, "ttl_ms": 24500},
+        {"node": 1, "reachable": true, "locked": true, "ttl_ms": 24498},
+        {"node": 2, "reachable": false, "locked": false, "ttl_ms": 0}
+    ]
+}))]
+pub struct RedlockStatus {
+    pub name: String,
+    /// Nodes on which the lock is held (by anyone).
+    pub locked_on: usize,
+    /// Nodes configured.
+    pub total: usize,
+    pub nodes: Vec<RedlockNode>,
+}
+
+impl RedlockStatus {
+    fn new(name: String, s: RedState) -> Self {
+        RedlockStatus {
+            name,
+            locked_on: s.locked_on,
+            total: s.total,
+            nodes: s
+                .nodes
+                .into_iter()
+                .map(|n| RedlockNode {
+                    node: n.node,
+                    reachable: n.reachable,
+                    locked: n.locked,
+                    ttl_ms: n.ttl_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The RedLock nodes, or 503 `redlock-not-configured`.
+fn configured(state: &AppState) -> Result<&RedLocks, ApiError> {
+    state
+        .redlocks
+        .as_ref()
+        .ok_or_else(ApiError::redlock_not_configured)
+}
+
+/// One blocking RedLock acquire.
+#[derive(Clone)]
+struct RedlockAcquisition {
+    redlocks: RedLocks,
+    name: String,
+    holder: String,
+    lease_ms: u64,
+}
+
+impl Acquisition for RedlockAcquisition {
+    type Grant = RedGrant;
+
+    fn primitive(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn channel(&self) -> String {
+        self.redlocks.wake_channel(&self.name)
+    }
+
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RedGrant>, StoreError> {
+        self.redlocks
+            .try_acquire(&self.name, &self.holder, self.lease_ms, attempt)
+            .await
+    }
+
+    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
+        self.redlocks
+            .undo(&self.name, &self.holder, attempt, self.lease_ms)
+            .await
+    }
+
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        let mut problem = ApiError::lock_held(blocked.retry_after_ms);
+        problem.problem.detail =
+            "the lock is held by another holder on enough nodes that no quorum is free".into();
+        problem
+    }
+
+    fn grant_json(&self, grant: &RedGrant) -> Value {
+        json!(RedlockGrant::new(&self.name, &self.holder, grant))
+    }
+
+    fn granted(&self, grant: RedGrant) -> Response {
+        let location = format!("/redlocks/{}/holders/{}", self.name, self.holder);
+        created(&location, self.grant_json(&grant))
+    }
+}
+
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"nightly-report\",\"holder\":\"worker-1\",\"fencing_token\":13,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":29696,\"heartbeat_interval_ms\":10000,\"validity_ms\":29696,\"nodes\":{\"acquired\":3,\"total\":3}}\n\n";
+
+/// Acquire on a quorum of the RedLock nodes (or renew as its holder).
+///
+/// Asks every node at once, each bounded by the per-node timeout (a tenth
+/// of the lease, at most 100 ms); granted when N/2+1 nodes grant and
+/// `validity_ms` is left; otherwise what was taken is given back on every
+/// node. Long-polls up to `wait_ms`; `Accept: text/event-stream` streams
+/// events.
+#[utoipa::path(
+    post,
+    path = "/redlocks/{name}/acquire",
+    tag = TAG,
+    params(NamePath),
+    request_body(content = Option<AcquireRequest>, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Acquired on a quorum of the nodes (or renewed by its holder). \
+            `Location` is the holder's URL. With `Accept: text/event-stream`: HTTP 200 and \
+            `waiting` events, then one of `acquired`, `timeout` or `error`.",
+            content((RedlockGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
+            headers(("Location" = String, description = "/redlocks/{name}/holders/{holder}"))),
+        (status = 409, description = "Held by another holder on enough nodes that no quorum is free \
+            (`lock-held`), with `retry_after_ms`: when enough of those holds end for a quorum",
+            body = Problem, content_type = "application/problem+json"),
+        AcquireErrors,
+    )
+)]
+pub async fn acquire(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<AcquireRequest>,
+) -> Result<Response, ApiError> {
+    let redlocks = configured(&state)?.clone();
+    let checked = Checked::new(&state, path.name, body)?;
+    let acquisition = RedlockAcquisition {
+        redlocks,
+        name: checked.name,
+        holder: checked.holder,
+        lease_ms: checked.lease_ms,
+    };
+    longpoll::respond(
+        &state,
+        wants_sse(&headers),
+        checked.arrived,
+        checked.wait_ms,
+        acquisition,
+    )
+    .await
+}
+
+/// Renew the hold on every node.
+///
+/// Succeeds only when a quorum renews within the validity; the lease is
+/// the body's `lease_ms`, or the one the hold has.
+#[utoipa::path(
+    post,
+    path = "/redlocks/{name}/holders/{holder}/heartbeat",
+    tag = TAG,
+    params(HolderPath),
+    request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Renewed on a quorum", body = RedlockGrant),
+        HoldErrors,
+    )
+)]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<HolderPath>,
+    ApiJson(body): ApiJson<HeartbeatRequest>,
+) -> Result<Json<RedlockGrant>, ApiError> {
+    let redlocks = configured(&state)?;
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    let lease = body
+        .lease_ms
+        .map(|m| lease_from(&state, Some(m)))
+        .transpose()?;
+    match redlocks.heartbeat(&path.name, &path.holder, lease).await? {
+        Some(g) => Ok(Json(RedlockGrant::new(&path.name, &path.holder, &g))),
+        None => Err(ApiError::not_held(
+            "this holder does not hold the RedLock on a quorum of the nodes (released, expired, \
+             lost with a node's data, or never acquired)",
+        )),
+    }
+}
+
+/// Release the hold on every node.
+#[utoipa::path(
+    delete,
+    path = "/redlocks/{name}/holders/{holder}",
+    tag = TAG,
+    params(HolderPath),
+    responses(
+        (status = 200, description = "Released", body = RedlockRelease),
+        HoldErrors,
+    )
+)]
+pub async fn release(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<HolderPath>,
+) -> Result<Json<RedlockRelease>, ApiError> {
+    let redlocks = configured(&state)?;
+    check_name(&path.name)?;
+    check_holder_in_path(&path.holder)?;
+    match redlocks.release(&path.name, &path.holder).await? {
+        Some(released) => Ok(Json(RedlockRelease { released })),
+        None => Err(ApiError::not_held(
+            "this holder does not hold the RedLock on any node that answered (released, \
+             expired, or never acquired)",
+        )),
+    }
+}
+
+/// Read the state on every node. Never reveals a holder id.
+///
+/// A node that does not answer within 100 ms is reported unreachable.
+#[utoipa::path(
+    get,
+    path = "/redlocks/{name}",
+    tag = TAG,
+    params(NamePath),
+    responses(
+        (status = 200, description = "The state on every node", body = RedlockStatus),
+        (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No RedLock nodes configured (`redlock-not-configured`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn state(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+) -> Result<Json<RedlockStatus>, ApiError> {
+    let redlocks = configured(&state)?;
+    check_name(&path.name)?;
+    let s = redlocks.state(&path.name).await;
+    Ok(Json(RedlockStatus::new(path.name, s)))
+}

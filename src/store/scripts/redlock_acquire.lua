@@ -1,0 +1,47 @@
+-- redlock_acquire: one RedLock node's part of an acquire (see the
+-- README's "RedLock"). Every node runs it on its own; the service counts
+-- the grants and decides about the quorum.
+--
+-- KEYS[1]  lock hash  {prefix}{name}:redlock
+--          fields: holder, token (the grant's fencing token once known),
+--          lease (ms), attempt (the id of the try that created the hold)
+-- KEYS[2]  fence      {prefix}{name}:redlock:fence  (this node's counter;
+--                     never expires)
+-- KEYS[3]  tombstone  {prefix}{name}:redlock:undone:<attempt id>
+-- ARGV[1]  holder id
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  attempt id (unique per try)
+--
+-- Returns  {1, token}   granted here: a new hold whose token is this node's
+--                       next counter value
+--          {2, token}   re-entered: this holder already held it here; the
+--                       lease is renewed and the hold keeps its token
+--          {0, pttl}    another holder holds it here for pttl more ms (-1:
+--                       someone removed the TTL by hand)
+--          {-1}         this attempt was already given up (redlock_undo ran
+--                       first): nothing granted
+--
+-- Invariants: at most one holder per node; the hash exists only with a
+-- TTL; this node's tokens come only from INCR on its fence (and
+-- redlock_fence, which only raises it). Running the same attempt twice
+-- grants once.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {-1}
+end
+local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'attempt')
+if not h[1] then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', token, 'lease', ARGV[2],
+    'attempt', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, token}
+end
+if h[1] ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if h[3] == ARGV[3] then
+  return {1, tonumber(h[2])}
+end
+return {2, tonumber(h[2])}
