@@ -10,12 +10,13 @@
 //! locks, and of one semaphore shared by all workers with a permit for each
 //! ([`throughput`]), handoff latency and Redis commands per handoff
 //! on a plain and on a fair lock ([`handoff`]), memory per parked waiter
-//! ([`parked`]) and RedLock pairs over three nodes ([`redlock`]), each
-//! figure the median of interleaved rounds, and prints
+//! ([`parked`]), and RedLock pairs over three nodes and multi-lock pairs
+//! next to plain-lock pairs ([`alongside`]), each figure the median of interleaved rounds, and prints
 //! one markdown table ([`report`]). Any failed request or check makes it
 //! exit non-zero (after printing), so a broken service cannot produce a
 //! good-looking number.
 
+mod alongside;
 mod bare;
 mod client;
 mod cpu;
@@ -24,7 +25,6 @@ mod parked;
 mod pinning;
 mod procs;
 mod redisinfo;
-mod redlock;
 mod report;
 mod stats;
 mod tasks;
@@ -180,7 +180,7 @@ fn run(
     let (redis, redis_url) = procs::start_redis(cpu)?;
     let mut redlock_nodes = Vec::new();
     let mut redlock_urls = Vec::new();
-    for _ in 0..redlock::NODES {
+    for _ in 0..alongside::NODES {
         let (node, url) = procs::start_redis(cpu)?;
         redlock_nodes.push(node);
         redlock_urls.push(url);
@@ -230,7 +230,11 @@ async fn phases(
         throughput
             .push(throughput::measure(&targets, c, settings.rounds, settings.throughput).await);
     }
-    let redlock = vec![redlock::measure(&targets, 16, settings.rounds, settings.throughput).await];
+    let mut alongside = Vec::new();
+    for kind in [alongside::Kind::RedLock, alongside::Kind::MultiLock] {
+        let (rounds, timing) = (settings.rounds, settings.throughput);
+        alongside.push(alongside::measure(&targets, kind, 16, rounds, timing).await);
+    }
     let base = &children.service.base;
     let handoff = handoff::measure(
         &client,
@@ -252,14 +256,14 @@ async fn phases(
     let errors = (throughput.iter().flat_map(|r| r.errors.clone()))
         .chain(handoff.iter().flat_map(|r| r.errors.clone()))
         .chain(parked.iter().flat_map(|r| r.errors.clone()))
-        .chain(redlock.iter().flat_map(|r| r.errors.clone()))
+        .chain(alongside.iter().flat_map(|r| r.errors.clone()))
         .collect();
     Ok(report::Report {
         notes,
         throughput,
         handoff,
         parked,
-        redlock,
+        alongside,
         cpu_labels: targets.watch.labels(),
         errors,
     })

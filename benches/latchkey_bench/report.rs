@@ -3,7 +3,7 @@
 //! semaphore pairs (the semaphore's against the plain lock's direct floor,
 //! its share of the plain-lock rate and its c=64 latencies in a footnote).
 
-use crate::{handoff, parked, redlock, throughput};
+use crate::{alongside, handoff, parked, throughput};
 
 /// Everything measured.
 pub struct Report {
@@ -12,7 +12,8 @@ pub struct Report {
     pub throughput: Vec<throughput::Row>,
     pub handoff: Vec<handoff::Row>,
     pub parked: Vec<parked::Row>,
-    pub redlock: Vec<redlock::Row>,
+    /// Kinds measured next to plain locks.
+    pub alongside: Vec<alongside::Row>,
     /// Labels of the CPU figures of the throughput rows.
     pub cpu_labels: Vec<String>,
     pub errors: Vec<String>,
@@ -267,20 +268,20 @@ fn semaphore_footnote(rows: &[throughput::Row]) {
     );
 }
 
-/// RedLock pairs; the bare column is the pairs of GETs at the same
-/// concurrency from the throughput rows.
-fn redlock_rows(report: &Report) {
-    for r in &report.redlock {
+/// RedLock and multi-lock pairs; the bare column is the pairs of GETs at
+/// the same concurrency from the throughput rows.
+fn alongside_rows(report: &Report) {
+    for r in &report.alongside {
         let bare = (report.throughput.iter())
             .find(|t| t.c == r.c)
             .map_or(NONE, |t| t.bare_rps / 2.0);
         row(
             &format!(
-                "RedLock ({} nodes) acquire+release pairs/s, c={} (bare: pairs of GETs)",
-                redlock::NODES,
+                "{} acquire+release pairs/s, c={} (bare: pairs of GETs)",
+                r.kind.describe(),
                 r.c
             ),
-            r.redlock_pairs,
+            r.pairs,
             NONE,
             bare,
             0,
@@ -288,21 +289,21 @@ fn redlock_rows(report: &Report) {
     }
 }
 
-/// The RedLock pairs against the plain-lock pairs of the same rounds.
-fn redlock_footnote(rows: &[redlock::Row]) {
+/// The RedLock and multi-lock pairs against the plain-lock pairs of the
+/// same rounds.
+fn alongside_footnote(rows: &[alongside::Row]) {
     for r in rows {
         println!(
-            "- RedLock ({} nodes), c={}: {} pairs/s against {} plain-lock pairs/s in the same \
-             interleaved rounds (÷ {}); p50 µs: acquire {}, release {}. A pair is one script \
-             on every node for the acquire and for the release, and one PUBLISH on the main \
-             Redis.",
-            redlock::NODES,
+            "- {}, c={}: {} pairs/s against {} plain-lock pairs/s in the same interleaved \
+             rounds (÷ {}); p50 µs: acquire {}, release {}; {}.",
+            r.kind.describe(),
             r.c,
-            fig(r.redlock_pairs, 0),
+            fig(r.pairs, 0),
             fig(r.plain_pairs, 0),
-            fig(r.redlock_pairs / r.plain_pairs, 2),
+            fig(r.pairs / r.plain_pairs, 2),
             fig(r.acquire_p50_us, 0),
             fig(r.release_p50_us, 0),
+            r.kind.cost(),
         );
     }
 }
@@ -311,7 +312,7 @@ fn footnotes(report: &Report) {
     busy_footnotes(&report.throughput, &report.cpu_labels);
     read_lock_footnote(&report.throughput);
     semaphore_footnote(&report.throughput);
-    redlock_footnote(&report.redlock);
+    alongside_footnote(&report.alongside);
     for r in &report.handoff {
         let rewon = match r.kind {
             handoff::Kind::Plain => "not a fair lock",
@@ -353,7 +354,7 @@ pub fn print(report: &Report) {
     );
     println!("|---|---:|---:|---:|---:|---:|");
     throughput_rows(&report.throughput);
-    redlock_rows(report);
+    alongside_rows(report);
     handoff_rows(&report.handoff);
     parked_rows(&report.parked);
     println!();

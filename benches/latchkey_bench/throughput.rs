@@ -143,12 +143,14 @@ impl Lazy {
     }
 }
 
-/// latchkey: acquire then release over HTTP.
+/// latchkey: acquire (a POST) then release over HTTP (a DELETE of the
+/// holder, or a POST with a body where the names travel in bodies).
 pub struct HttpPair {
     conn: Lazy,
     acquire: String,
     body: Bytes,
     release: String,
+    release_body: Option<Bytes>,
 }
 
 impl Op for HttpPair {
@@ -163,8 +165,17 @@ impl Op for HttpPair {
         )
         .await?;
         let t1 = Instant::now();
-        conn.call(Method::DELETE, &self.release, None, StatusCode::OK)
-            .await?;
+        let method = match self.release_body {
+            Some(_) => Method::POST,
+            None => Method::DELETE,
+        };
+        conn.call(
+            method,
+            &self.release,
+            self.release_body.as_ref(),
+            StatusCode::OK,
+        )
+        .await?;
         Ok(vec![t1 - t0, t1.elapsed()])
     }
 }
@@ -285,6 +296,7 @@ impl HttpPair {
             acquire: format!("{route}/{name}/{acquire}"),
             body: Bytes::from(body.to_string()),
             release: format!("{route}/{name}/holders/{holder}"),
+            release_body: None,
         }
     }
 }
@@ -311,6 +323,30 @@ impl Targets {
         let base: Arc<str> = self.latchkey.as_str().into();
         (0..c)
             .map(|i| HttpPair::new(&base, SEMAPHORES, name, "acquire", &format!("h{i}")))
+            .collect()
+    }
+
+    /// Multi-lock pairs (`POST /multilocks/acquire`, `POST
+    /// /multilocks/release`), each worker on its own set of `size` names.
+    pub fn multi_pairs(&self, c: usize, size: usize) -> Vec<HttpPair> {
+        let base: Arc<str> = self.latchkey.as_str().into();
+        (0..c)
+            .map(|i| {
+                let names: Vec<String> = (0..size)
+                    .map(|n| format!("bench-multi-c{c}-{i}-{n}"))
+                    .collect();
+                let holder = format!("h{i}");
+                let acquire =
+                    serde_json::json!({ "names": names, "holder": holder, "lease_ms": LEASE_MS });
+                let release = serde_json::json!({ "names": names, "holder": holder });
+                HttpPair {
+                    conn: Lazy::new(&base),
+                    acquire: "/multilocks/acquire".into(),
+                    body: Bytes::from(acquire.to_string()),
+                    release: "/multilocks/release".into(),
+                    release_body: Some(Bytes::from(release.to_string())),
+                }
+            })
             .collect()
     }
 
