@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::coord::latches::Latches;
 use crate::coord::locks::{LockKind, Locks};
 use crate::coord::rwlocks::RwLocks;
 use crate::http;
@@ -55,6 +56,7 @@ impl Application {
             locks: Locks::new(store.clone(), LockKind::Plain),
             fair_locks: Locks::new(store.clone(), LockKind::Fair { grace_ms }),
             rwlocks: RwLocks::new(store.clone(), grace_ms),
+            latches: Latches::new(store.clone()),
             store,
             engine,
             metrics,

@@ -33,7 +33,10 @@ pub struct MetricsInner {
     /// Acquisition attempts answered, by primitive (`lock`, `fair_lock`,
     /// `rwlock`) and outcome (`acquired`, `busy` (not granted, without
     /// waiting), `timeout`, `error`, `abandoned` (the client left while
-    /// waiting), `refused` (e.g. `upgrade-would-deadlock`)).
+    /// waiting), `refused` (e.g. `upgrade-would-deadlock`)). Latch waits
+    /// (`/latches/{name}/wait`) count here too, as primitive `latch`, with
+    /// `opened` in place of `acquired` (and `busy` for a closed latch
+    /// looked at with `wait_ms` 0).
     pub acquisitions: IntCounterVec,
     /// Requests currently waiting (long-poll or SSE) on this instance.
     pub waiters: IntGauge,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::coord::latches::Latches;
 use crate::coord::locks::Locks;
 use crate::coord::rwlocks::RwLocks;
 use crate::metrics::Metrics;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub fair_locks: Locks,
     /// Read-write locks (`/rwlocks`).
     pub rwlocks: RwLocks,
+    /// Count-down latches (`/latches`).
+    pub latches: Latches,
     /// The service's Prometheus registry.
     pub metrics: Metrics,
     /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.

@@ -71,4 +71,8 @@ scripts! {
     RW_RELEASE => "rw_release" = ["queue", "rw", "rw_release"],
     RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "rw", "rw_force_unlock"],
     RW_STATE => "rw_state" = ["queue", "rw", "rw_state"],
+    LATCH_SET => "latch_set" = ["latch_set"],
+    LATCH_COUNT_DOWN => "latch_count_down" = ["latch_count_down"],
+    LATCH_STATE => "latch_state" = ["latch_state"],
+    LATCH_DELETE => "latch_delete" = ["latch_delete"],
 }
