@@ -1,6 +1,6 @@
 //! The output: machine notes, then ONE markdown table, then footnotes.
 
-use crate::{handoff, parked, throughput};
+use crate::{fanout, handoff, parked, throughput};
 
 /// Everything measured.
 pub struct Report {
@@ -8,6 +8,7 @@ pub struct Report {
     pub notes: Vec<String>,
     pub throughput: Vec<throughput::Row>,
     pub handoff: Vec<handoff::Row>,
+    pub fanout: fanout::Row,
     pub parked: Vec<parked::Row>,
     /// Labels of the CPU figures of the throughput rows.
     pub cpu_labels: Vec<String>,
@@ -136,6 +137,33 @@ fn handoff_rows(rows: &[handoff::Row]) {
     }
 }
 
+fn fanout_rows(r: &fanout::Row) {
+    let (w, n) = (r.waiters, r.instances);
+    row(
+        &format!(
+            "latch fan-out p50 ms, {w} waiters on {n} instances (count-down reply → last waiter answered)"
+        ),
+        r.p50_ms,
+        NONE,
+        NONE,
+        2,
+    );
+    row(
+        &format!("latch fan-out p99 ms, {w} waiters on {n} instances"),
+        r.p99_ms,
+        NONE,
+        NONE,
+        2,
+    );
+    row(
+        &format!("Redis commands per latch fan-out, {w} waiters"),
+        r.commands_per,
+        NONE,
+        NONE,
+        1,
+    );
+}
+
 fn parked_rows(rows: &[parked::Row]) {
     let bare = (rows.iter())
         .find(|r| r.variant == parked::Variant::Bare)
@@ -241,6 +269,16 @@ fn footnotes(report: &Report) {
         );
     }
     growth_footnote(&report.handoff);
+    let f = &report.fanout;
+    println!(
+        "- latch fan-out: {} fan-outs counted; p99 from the count-down *sent* {} ms (upper \
+         bound); Redis commands per fan-out at most {} (the count-down script and one INFO \
+         included; a read per waiter would be {} or more).",
+        f.fanouts,
+        fig(f.p99_from_sent_ms, 2),
+        fig(f.commands_max, 0),
+        f.waiters,
+    );
     for r in &report.parked {
         println!(
             "- parked {:?}: idle server RSS {} MiB.",
@@ -264,6 +302,7 @@ pub fn print(report: &Report) {
     println!("|---|---:|---:|---:|---:|---:|");
     throughput_rows(&report.throughput);
     handoff_rows(&report.handoff);
+    fanout_rows(&report.fanout);
     parked_rows(&report.parked);
     println!();
     footnotes(report);
