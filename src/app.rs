@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::coord::latches::Latches;
 use crate::coord::locks::{LockKind, Locks};
 use crate::coord::multilocks::MultiLocks;
 use crate::coord::redlock::RedLocks;
@@ -68,6 +69,7 @@ impl Application {
             rwlocks: RwLocks::new(store.clone(), grace_ms),
             semaphores: Semaphores::new(store.clone(), grace_ms),
             redlocks,
+            latches: Latches::new(store.clone()),
             store,
             engine,
             metrics,

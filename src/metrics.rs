@@ -31,9 +31,12 @@ pub struct MetricsInner {
     /// Time to the response head, by method and route (long-polls included).
     pub http_duration: HistogramVec,
     /// Acquisition attempts answered, by primitive (`lock`, `fair_lock`,
-    /// `rwlock`, `semaphore`, `multilock`) and outcome (`acquired`, `busy` (not granted, without
+    /// `rwlock`, `semaphore`, `multilock`, `redlock`) and outcome (`acquired`, `busy` (not granted, without
     /// waiting), `timeout`, `error`, `abandoned` (the client left while
-    /// waiting), `refused` (e.g. `upgrade-would-deadlock`)).
+    /// waiting), `refused` (e.g. `upgrade-would-deadlock`)). Latch waits
+    /// (`/latches/{name}/wait`) count here too, as primitive `latch`, with
+    /// `opened` in place of `acquired` (and `busy` for a closed latch
+    /// looked at with `wait_ms` 0).
     pub acquisitions: IntCounterVec,
     /// Requests currently waiting (long-poll or SSE) on this instance.
     pub waiters: IntGauge,

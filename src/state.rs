@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::coord::latches::Latches;
 use crate::coord::locks::Locks;
 use crate::coord::multilocks::MultiLocks;
 use crate::coord::redlock::RedLocks;
@@ -41,6 +42,8 @@ pub struct AppState {
     /// RedLock over the independent `redlock_nodes` (`/redlocks`); `None`
     /// when none are configured.
     pub redlocks: Option<RedLocks>,
+    /// Count-down latches (`/latches`).
+    pub latches: Latches,
     /// The service's Prometheus registry.
     pub metrics: Metrics,
     /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.

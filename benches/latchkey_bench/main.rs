@@ -9,9 +9,11 @@
 //! floor). It measures uncontended throughput and latency of plain and read
 //! locks, and of one semaphore shared by all workers with a permit for each
 //! ([`throughput`]), handoff latency and Redis commands per handoff
-//! on a plain and on a fair lock ([`handoff`]), memory per parked waiter
+//! on a plain and on a fair lock ([`handoff`]), a latch's fan-out to 100
+//! waiters on two service instances ([`fanout`]), memory per parked waiter
 //! ([`parked`]), and RedLock pairs over three nodes and multi-lock pairs
-//! next to plain-lock pairs ([`alongside`]), each figure the median of interleaved rounds, and prints
+//! next to plain-lock pairs ([`alongside`]), each figure the median of
+//! interleaved rounds, and prints
 //! one markdown table ([`report`]). Any failed request or check makes it
 //! exit non-zero (after printing), so a broken service cannot produce a
 //! good-looking number.
@@ -20,6 +22,7 @@ mod alongside;
 mod bare;
 mod client;
 mod cpu;
+mod fanout;
 mod handoff;
 mod parked;
 mod pinning;
@@ -50,6 +53,8 @@ const _: () = {
 };
 /// Waiter counts of the handoff runs.
 const WAITERS: [usize; 2] = [8, 64];
+/// Waiters of a latch fan-out (spread over two service instances).
+const FANOUT_WAITERS: usize = 100;
 
 /// How long and how often; see [`Settings::read`].
 #[derive(Debug)]
@@ -59,6 +64,8 @@ struct Settings {
     throughput: throughput::Timing,
     handoff: handoff::Timing,
     parked: usize,
+    /// Counted latch fan-outs per round.
+    fanouts: usize,
 }
 
 fn env_number(name: &str) -> Option<u64> {
@@ -69,7 +76,8 @@ impl Settings {
     /// Full run by default; `--quick` / `LATCHKEY_BENCH_QUICK=1` shortens
     /// everything. `LATCHKEY_BENCH_ROUNDS`, `LATCHKEY_BENCH_ROUND_MS` (one
     /// measured throughput round), `LATCHKEY_BENCH_HANDOFF_MS` (one handoff
-    /// run) and `LATCHKEY_BENCH_PARKED` (waiters parked) override either.
+    /// run), `LATCHKEY_BENCH_PARKED` (waiters parked) and
+    /// `LATCHKEY_BENCH_FANOUTS` (latch fan-outs per round) override either.
     fn read() -> Settings {
         let quick = std::env::args().any(|a| a == "--quick")
             || std::env::var("LATCHKEY_BENCH_QUICK").is_ok_and(|v| v == "1");
@@ -90,6 +98,7 @@ impl Settings {
                 warm_up: Duration::from_millis(handoff_ms / 8),
             },
             parked: pick("LATCHKEY_BENCH_PARKED", 10_000, 1_000).max(1) as usize,
+            fanouts: pick("LATCHKEY_BENCH_FANOUTS", 20, 5).max(1) as usize,
         }
     }
 }
@@ -101,11 +110,13 @@ impl Settings {
             "redis-server {redis_version} (no persistence) and the release `latchkey` binary \
              (default settings but log level info, max_waiters and max_wait_ms) on loopback; \
              {} interleaved rounds per figure, medians; throughput rounds {:?} after {:?} \
-             warm-up; handoff runs {:?}; {} parked requests on a fresh server per round{}",
+             warm-up; handoff runs {:?}; {} latch fan-outs per round (after one warm-up); \
+             {} parked requests on a fresh server per round{}",
             self.rounds,
             self.throughput.measure,
             self.throughput.warm_up,
             self.handoff.run,
+            self.fanouts,
             self.parked,
             if self.quick { "; QUICK MODE" } else { "" }
         )
@@ -164,6 +175,8 @@ struct Children {
     redis: procs::Child,
     redis_url: String,
     service: procs::Service,
+    /// A second instance on the same core and Redis (latch fan-out).
+    second: procs::Service,
     bare: procs::Child,
     bare_url: String,
     /// The RedLock nodes the service uses (kept alive with it).
@@ -187,12 +200,14 @@ fn run(
     }
     // Defaults suit the handoff runs; the parked phase starts its own.
     let nodes = ("LATCHKEY_REDLOCK_NODES", redlock_urls.join(","));
-    let service = procs::start_service_with(cpu, &redis_url, None, &[nodes])?;
+    let service = procs::start_service_with(cpu, &redis_url, None, std::slice::from_ref(&nodes))?;
+    let second = procs::start_service_with(cpu, &redis_url, None, &[nodes])?;
     let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
     let children = Children {
         redis,
         redis_url,
         service,
+        second,
         bare,
         bare_url,
         redlock_nodes,
@@ -245,6 +260,16 @@ async fn phases(
         settings.handoff,
     )
     .await;
+    let bases = [base.clone(), children.second.base.clone()];
+    let fanout = fanout::measure(
+        &client,
+        &bases,
+        &admin,
+        FANOUT_WAITERS,
+        settings.rounds,
+        settings.fanouts,
+    )
+    .await;
     let setup = parked::Setup {
         cpu: placement.server_cpu,
         redis_url: children.redis_url.clone(),
@@ -255,6 +280,7 @@ async fn phases(
     let parked = parked::measure(&setup, settings.rounds).await;
     let errors = (throughput.iter().flat_map(|r| r.errors.clone()))
         .chain(handoff.iter().flat_map(|r| r.errors.clone()))
+        .chain(fanout.errors.iter().cloned())
         .chain(parked.iter().flat_map(|r| r.errors.clone()))
         .chain(alongside.iter().flat_map(|r| r.errors.clone()))
         .collect();
@@ -262,6 +288,7 @@ async fn phases(
         notes,
         throughput,
         handoff,
+        fanout,
         parked,
         alongside,
         cpu_labels: targets.watch.labels(),

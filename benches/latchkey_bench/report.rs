@@ -3,7 +3,7 @@
 //! semaphore pairs (the semaphore's against the plain lock's direct floor,
 //! its share of the plain-lock rate and its c=64 latencies in a footnote).
 
-use crate::{alongside, handoff, parked, throughput};
+use crate::{alongside, fanout, handoff, parked, throughput};
 
 /// Everything measured.
 pub struct Report {
@@ -11,6 +11,7 @@ pub struct Report {
     pub notes: Vec<String>,
     pub throughput: Vec<throughput::Row>,
     pub handoff: Vec<handoff::Row>,
+    pub fanout: fanout::Row,
     pub parked: Vec<parked::Row>,
     /// Kinds measured next to plain locks.
     pub alongside: Vec<alongside::Row>,
@@ -152,6 +153,33 @@ fn handoff_rows(rows: &[handoff::Row]) {
             2,
         );
     }
+}
+
+fn fanout_rows(r: &fanout::Row) {
+    let (w, n) = (r.waiters, r.instances);
+    row(
+        &format!(
+            "latch fan-out p50 ms, {w} waiters on {n} instances (count-down reply → last waiter answered)"
+        ),
+        r.p50_ms,
+        NONE,
+        NONE,
+        2,
+    );
+    row(
+        &format!("latch fan-out p99 ms, {w} waiters on {n} instances"),
+        r.p99_ms,
+        NONE,
+        NONE,
+        2,
+    );
+    row(
+        &format!("Redis commands per latch fan-out, {w} waiters"),
+        r.commands_per,
+        NONE,
+        NONE,
+        1,
+    );
 }
 
 fn parked_rows(rows: &[parked::Row]) {
@@ -332,6 +360,16 @@ fn footnotes(report: &Report) {
         );
     }
     growth_footnote(&report.handoff);
+    let f = &report.fanout;
+    println!(
+        "- latch fan-out: {} fan-outs counted; p99 from the count-down *sent* {} ms (upper \
+         bound); Redis commands per fan-out at most {} (the count-down script and one INFO \
+         included; a read per waiter would be {} or more).",
+        f.fanouts,
+        fig(f.p99_from_sent_ms, 2),
+        fig(f.commands_max, 0),
+        f.waiters,
+    );
     for r in &report.parked {
         println!(
             "- parked {:?}: idle server RSS {} MiB.",
@@ -356,6 +394,7 @@ pub fn print(report: &Report) {
     throughput_rows(&report.throughput);
     alongside_rows(report);
     handoff_rows(&report.handoff);
+    fanout_rows(&report.fanout);
     parked_rows(&report.parked);
     println!();
     footnotes(report);

@@ -8,6 +8,7 @@
 //!
 //! [`Store`]: crate::store::Store
 
+pub mod latches;
 pub mod locks;
 pub mod multilocks;
 pub mod redlock;

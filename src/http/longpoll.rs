@@ -4,7 +4,10 @@
 //! says what happens to give-backs and deadlines).
 //!
 //! Every blocking acquire route describes itself as an [`Acquisition`] and
-//! calls [`respond`]. The first try happens before any response is
+//! calls [`respond`]. So does a latch's wait: an acquisition whose grant is
+//! the latch opening, whose "not granted" answer is a 200 state rather
+//! than a problem ([`NotGranted`]) and whose SSE events have their own
+//! names ([`Vocabulary`]); the defaults are the lock family's. The first try happens before any response is
 //! committed, so bad input, a full instance (429) or an unreachable Redis
 //! (503) get real status codes even for SSE; only what happens after the
 //! stream opened is reported as an `error` event.
@@ -33,10 +36,56 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::store::StoreError;
-use crate::wait::{Outcome, WaitError, WaitMode};
+use crate::wait::{Outcome, WaitError, WaitMode, Waiter};
 
 /// How long the background give-back of one attempt keeps retrying.
 const GIVE_BACK_FOR: Duration = Duration::from_secs(30);
+
+/// The SSE event names and the metrics outcome of a kind of wait.
+#[derive(Debug)]
+pub struct Vocabulary {
+    /// The event sent first when not granted at once, then on every change.
+    pub waiting: &'static str,
+    /// The final event of a grant.
+    pub granted: &'static str,
+    /// The final event when the wait ends without a grant.
+    pub timeout: &'static str,
+    /// The metrics outcome of a grant.
+    pub granted_outcome: &'static str,
+}
+
+/// Acquires: `waiting`, then `acquired` or `timeout`.
+pub const ACQUIRE: Vocabulary = Vocabulary {
+    waiting: "waiting",
+    granted: "acquired",
+    timeout: "timeout",
+    granted_outcome: "acquired",
+};
+
+/// What a request that was not granted answers.
+pub enum NotGranted {
+    /// An error (e.g. 409 `lock-held`); SSE: the `timeout` event's data.
+    Problem(ApiError),
+    /// A 200 with this body (e.g. a closed latch's state); SSE: the
+    /// `timeout` event's data.
+    State(Value),
+}
+
+impl NotGranted {
+    fn response(self) -> Result<Response, ApiError> {
+        match self {
+            NotGranted::Problem(problem) => Err(problem),
+            NotGranted::State(state) => Ok(axum::Json(state).into_response()),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            NotGranted::Problem(problem) => problem.to_json(),
+            NotGranted::State(state) => state.clone(),
+        }
+    }
+}
 
 /// One blocking acquire request of some primitive.
 pub trait Acquisition: Clone + Send + Sync + 'static {
@@ -76,8 +125,29 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         async { Ok(()) }
     }
 
-    /// The "not acquired" problem for this blocker (e.g. 409 `lock-held`).
-    fn blocked(&self, blocked: Blocked) -> ApiError;
+    /// The "not acquired" problem for this blocker (e.g. 409 `lock-held`,
+    /// the default).
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        ApiError::lock_held(blocked.retry_after_ms)
+    }
+
+    /// What a request that was not granted answers: [`Self::blocked`]'s
+    /// problem by default.
+    fn not_granted(&self, blocked: Blocked) -> NotGranted {
+        NotGranted::Problem(self.blocked(blocked))
+    }
+
+    /// The SSE event names and the metrics outcome of a grant.
+    fn vocabulary(&self) -> &'static Vocabulary {
+        &ACQUIRE
+    }
+
+    /// [`WaitMode::Broadcast`]: what a wake message that releases every
+    /// waiter grants each of them, without asking Redis (`None`: each
+    /// tries for itself).
+    fn released(&self) -> Option<Self::Grant> {
+        None
+    }
 
     /// The data of an SSE `waiting` event: the hint, and whatever else the
     /// primitive reports while a request waits (a fair queue's `position`).
@@ -110,15 +180,26 @@ pub async fn respond<A: Acquisition>(
 ) -> Result<Response, ApiError> {
     let (engine, metrics) = (&state.engine, &state.metrics);
     let primitive = acquisition.primitive();
+    let words = acquisition.vocabulary();
     let deadline = arrived + Duration::from_millis(wait_ms);
+    // A broadcast's waiters subscribe before their first try, so that no
+    // release between the try and the subscription goes unheard.
+    let early = match acquisition.mode() {
+        WaitMode::Broadcast if wait_ms > 0 => Some(
+            engine
+                .admit(&acquisition.channel(), WaitMode::Broadcast)
+                .inspect_err(|_| metrics.acquisition(primitive, "error"))?,
+        ),
+        _ => None,
+    };
     let first = engine
         .first_try(deadline, wait_ms > 0, guarded_try(&acquisition))
         .await;
     let blocked = match first {
         Ok(Attempt::Granted((_, grant))) => {
-            metrics.acquisition(primitive, "acquired");
+            metrics.acquisition(primitive, words.granted_outcome);
             if sse {
-                let event = event("acquired", &acquisition.grant_json(&grant));
+                let event = event(words.granted, &acquisition.grant_json(&grant));
                 return Ok(sse_response(stream_of(vec![event])));
             }
             return Ok(acquisition.granted(grant));
@@ -135,22 +216,25 @@ pub async fn respond<A: Acquisition>(
     };
     if wait_ms == 0 || Instant::now() >= deadline {
         metrics.acquisition(primitive, "busy");
-        let problem = acquisition.blocked(blocked);
+        let answer = acquisition.not_granted(blocked);
         if sse {
             let events = vec![
-                event("waiting", &acquisition.waiting(blocked)),
-                event("timeout", &problem.to_json()),
+                event(words.waiting, &acquisition.waiting(blocked)),
+                event(words.timeout, &answer.to_json()),
             ];
             return Ok(sse_response(stream_of(events)));
         }
-        return Err(problem);
+        return answer.response();
     }
 
-    let waiter = engine
-        .admit_all(&acquisition.channels(), acquisition.mode())
-        .inspect_err(|_| {
-            metrics.acquisition(primitive, "error");
-        })?;
+    let waiter = match early {
+        Some(waiter) => waiter,
+        None => engine
+            .admit_all(&acquisition.channels(), acquisition.mode())
+            .inspect_err(|_| {
+                metrics.acquisition(primitive, "error");
+            })?,
+    };
 
     if !sse {
         // hyper drops this future when the client goes away; the guard
@@ -160,19 +244,23 @@ pub async fn respond<A: Acquisition>(
             acquisition: &acquisition,
             armed: true,
         };
-        let outcome = waiter
-            .reporting(false)
-            .wait(deadline, blocked, || guarded_try(&acquisition), |_| {})
-            .await;
+        let outcome = wait(
+            waiter.reporting(false),
+            &acquisition,
+            deadline,
+            blocked,
+            |_| {},
+        )
+        .await;
         left.disarm();
         return match outcome {
             Ok(Outcome::Granted((_, grant))) => {
-                metrics.acquisition(primitive, "acquired");
+                metrics.acquisition(primitive, words.granted_outcome);
                 Ok(acquisition.granted(grant))
             }
             Ok(Outcome::TimedOut(blocked)) => {
                 metrics.acquisition(primitive, "timeout");
-                Err(acquisition.blocked(blocked))
+                acquisition.not_granted(blocked).response()
             }
             Err(e) => {
                 metrics.acquisition(primitive, "error");
@@ -185,21 +273,16 @@ pub async fn respond<A: Acquisition>(
     // client goes away, hyper drops the stream (our receiver), `closed()`
     // fires and the wait future is dropped with all its guards.
     let (tx, rx) = mpsc::channel::<Event>(16);
-    let _ = tx.try_send(event("waiting", &acquisition.waiting(blocked)));
+    let _ = tx.try_send(event(words.waiting, &acquisition.waiting(blocked)));
     let metrics = metrics.clone();
     tokio::spawn(async move {
         let progress_tx = tx.clone();
         let describe = acquisition.clone();
-        let wait = waiter.wait(
-            deadline,
-            blocked,
-            || guarded_try(&acquisition),
-            move |b| {
-                // A full buffer means the client reads slowly; dropping a
-                // progress event is fine, the next one supersedes it.
-                let _ = progress_tx.try_send(event("waiting", &describe.waiting(b)));
-            },
-        );
+        let wait = wait(waiter, &acquisition, deadline, blocked, move |b| {
+            // A full buffer means the client reads slowly; dropping a
+            // progress event is fine, the next one supersedes it.
+            let _ = progress_tx.try_send(event(words.waiting, &describe.waiting(b)));
+        });
         let outcome = tokio::select! {
             _ = tx.closed() => {
                 metrics.acquisition(primitive, "abandoned");
@@ -210,19 +293,19 @@ pub async fn respond<A: Acquisition>(
         };
         let final_event = match outcome {
             Ok(Outcome::Granted((attempt, grant))) => {
-                let event = event("acquired", &acquisition.grant_json(&grant));
+                let event = event(words.granted, &acquisition.grant_json(&grant));
                 if tx.send(event).await.is_err() {
                     // Granted, but the client left: give it back.
                     metrics.acquisition(primitive, "abandoned");
                     give_back(acquisition, attempt);
                 } else {
-                    metrics.acquisition(primitive, "acquired");
+                    metrics.acquisition(primitive, words.granted_outcome);
                 }
                 return;
             }
             Ok(Outcome::TimedOut(blocked)) => {
                 metrics.acquisition(primitive, "timeout");
-                event("timeout", &acquisition.blocked(blocked).to_json())
+                event(words.timeout, &acquisition.not_granted(blocked).to_json())
             }
             Err(e) => {
                 metrics.acquisition(primitive, "error");
@@ -235,6 +318,28 @@ pub async fn respond<A: Acquisition>(
         rx,
         |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) },
     )))
+}
+
+/// Runs an admitted waiter's wait in its object's mode; every try is a
+/// guarded one.
+async fn wait<A: Acquisition>(
+    waiter: Waiter,
+    acquisition: &A,
+    deadline: Instant,
+    blocked: Blocked,
+    progress: impl FnMut(Blocked),
+) -> Result<Outcome<Made<A::Grant>>, WaitError> {
+    let attempt = || guarded_try(acquisition);
+    match acquisition.mode() {
+        WaitMode::Broadcast => {
+            // A release granted without a try has no attempt to undo.
+            let released = || acquisition.released().map(|g| (AttemptId::new(), g));
+            (waiter.wait_broadcast(deadline, blocked, attempt, released, progress)).await
+        }
+        WaitMode::Relay | WaitMode::Queue | WaitMode::Watch => {
+            waiter.wait(deadline, blocked, attempt, progress).await
+        }
+    }
 }
 
 /// One try under a fresh attempt id. If its outcome is unknown — the

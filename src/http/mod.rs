@@ -5,6 +5,7 @@
 pub mod extract;
 pub mod fair_locks;
 pub mod health;
+pub mod latches;
 pub mod lock_family;
 pub mod locks;
 pub mod longpoll;

@@ -29,6 +29,10 @@ use crate::error::Problem;
             readers, each with its own lease; one writer; downgrade and sole-reader upgrade. \
             Waiters are served in arrival order across both modes, so a waiting writer is not \
             starved by new readers, and readers queued before it go first."),
+        (name = "latches", description = "Count-down latches (Redisson RCountDownLatch): set a \
+            count, count it down, wait for it to reach 0. A missing latch is open, count 0; a \
+            latch's `ttl_ms` bounds its life. One message per count-down answers every waiter on \
+            every instance. Count-downs honour an `Idempotency-Key` header."),
         (name = "semaphores", description = "Semaphores whose permits are all leased (Redisson \
             RPermitExpirableSemaphore): a crashed client's permits come back when its lease \
             ends. Configure with PUT first. Waiters are served in arrival order; a request that \

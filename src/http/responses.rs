@@ -63,6 +63,21 @@ pub enum HoldErrors {
     Unavailable(Problem),
 }
 
+/// Errors of a wait besides its answer (a latch's `/wait`).
+#[derive(IntoResponses)]
+#[allow(dead_code)] // documentation only: never built
+pub enum WaitErrors {
+    /// Invalid name or query, or `wait_ms` out of range
+    #[response(status = 400, content_type = "application/problem+json")]
+    Invalid(Problem),
+    /// Too many waiters on this instance
+    #[response(status = 429, content_type = "application/problem+json")]
+    TooManyWaiters(Problem),
+    /// Redis unavailable, or shutting down
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
 /// Errors of an acquire besides its "not acquired" answer.
 #[derive(IntoResponses)]
 #[allow(dead_code)] // documentation only: never built

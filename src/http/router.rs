@@ -15,12 +15,13 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish};
-use super::{fair_locks, health, locks, multilocks, redlocks, rwlocks, semaphores};
+use super::{fair_locks, health, latches, locks, multilocks, redlocks, rwlocks, semaphores};
 use crate::config::CorsOrigins;
 use crate::state::AppState;
 
-/// Sent by clients that retry non-idempotent requests safely (browsers
-/// must be allowed to send it and to read it back).
+/// Sent by clients that retry non-idempotent requests safely, e.g. a
+/// latch's count-down (browsers must be allowed to send it and to read it
+/// back).
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Every route with its OpenAPI operation.
@@ -54,6 +55,9 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(redlocks::heartbeat))
         .routes(routes!(redlocks::release))
         .routes(routes!(redlocks::state))
+        .routes(routes!(latches::set, latches::state, latches::delete))
+        .routes(routes!(latches::count_down))
+        .routes(routes!(latches::wait))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

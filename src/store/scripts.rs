@@ -93,4 +93,8 @@ scripts! {
     REDLOCK_RELEASE => "redlock_release" = ["redlock_release"],
     REDLOCK_STATE => "redlock_state" = ["redlock_state"],
     REDLOCK_WAKE => "redlock_wake" = ["redlock_wake"],
+    LATCH_SET => "latch_set" = ["latch_set"],
+    LATCH_COUNT_DOWN => "latch_count_down" = ["latch_count_down"],
+    LATCH_STATE => "latch_state" = ["latch_state"],
+    LATCH_DELETE => "latch_delete" = ["latch_delete"],
 }

@@ -5,6 +5,7 @@ mod errors;
 mod fair;
 mod hardening;
 mod helpers;
+mod latches;
 mod locks;
 mod model;
 mod multilocks;

@@ -1,0 +1,197 @@
+//! Latch fan-out: W waiters (100) long-poll `/latches/{name}/wait`, spread
+//! evenly over two service instances on the same Redis; the latch is set
+//! to 1 and counted down once. A fan-out's latency is "count-down reply
+//! received → the last of the W waiters answered" (the reply and the
+//! wake-up travel in parallel, so a waiter answered before the reply counts
+//! as 0); the upper bound from the count-down *sent* is kept too. Redis
+//! commands per fan-out (`total_commands_processed` from just before the
+//! count-down until every waiter answered; the count-down script's own
+//! commands and one INFO included) must not grow with the waiters: every
+//! waiter answers from the count-down's message, with no read.
+//!
+//! Each fan-out uses a fresh latch; before the count-down, every waiter
+//! must be parked on its instance (its `latchkey_waiters` gauge) and past
+//! its first read (its `latch_state` script count), so the count-down is
+//! what releases them. The first fan-out of every round is a warm-up
+//! (connections are opened there) and is not counted.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use tokio::task::JoinSet;
+
+use crate::client::expect_status;
+use crate::redisinfo::Redis;
+use crate::stats::{median, percentile};
+use crate::tasks::join_all;
+
+/// Long-poll budget of a waiter: far longer than a fan-out.
+const WAIT_MS: u64 = 30_000;
+/// Parking the waiters, or answering them, must finish within this.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The figures over every counted fan-out.
+#[derive(Debug)]
+pub struct Row {
+    pub waiters: usize,
+    pub instances: usize,
+    pub fanouts: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p99_from_sent_ms: f64,
+    /// Median over fan-outs.
+    pub commands_per: f64,
+    /// The most in any fan-out.
+    pub commands_max: f64,
+    pub errors: Vec<String>,
+}
+
+/// One fan-out's figures.
+struct Sample {
+    latency: Duration,
+    from_sent: Duration,
+    commands: u64,
+}
+
+/// A metric sample of one instance (0 when absent).
+async fn metric(client: &reqwest::Client, base: &str, series: &str) -> Result<f64, String> {
+    let response = client.get(format!("{base}/metrics")).send().await;
+    let text = expect_status(response, StatusCode::OK, "GET /metrics").await?;
+    Ok(text
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0))
+}
+
+const READS: &str = "latchkey_script_duration_seconds_count{script=\"latch_state\"}";
+
+/// One fan-out of `waiters` over `bases` on the latch `name`.
+async fn fan_out(
+    client: &reqwest::Client,
+    bases: &[String],
+    admin: &Redis,
+    name: &str,
+    waiters: usize,
+) -> Result<Sample, String> {
+    let first = &bases[0];
+    let response = client
+        .put(format!("{first}/latches/{name}"))
+        .json(&serde_json::json!({"count": 1}))
+        .send()
+        .await;
+    expect_status(response, StatusCode::CREATED, "PUT latch").await?;
+    let mut reads = Vec::new();
+    for base in bases {
+        reads.push(metric(client, base, READS).await?);
+    }
+    let mut tasks = JoinSet::new();
+    for i in 0..waiters {
+        let url = format!(
+            "{}/latches/{name}/wait?wait_ms={WAIT_MS}",
+            bases[i % bases.len()]
+        );
+        let request = client.get(url).timeout(Duration::from_millis(WAIT_MS) * 2);
+        tasks.spawn(async move {
+            let text = expect_status(request.send().await, StatusCode::OK, "latch wait").await?;
+            let answered = Instant::now();
+            if text != r#"{"count":0,"open":true}"# {
+                return Err(format!("latch wait: expected open, got {text}"));
+            }
+            Ok(answered)
+        });
+    }
+    // Every waiter parked and past its first read.
+    let parked = Instant::now();
+    loop {
+        let mut ready = true;
+        for (i, base) in bases.iter().enumerate() {
+            let share = (waiters + bases.len() - 1 - i) / bases.len();
+            let waiting = metric(client, base, "latchkey_waiters").await?;
+            let read = metric(client, base, READS).await? - reads[i];
+            ready &= waiting >= share as f64 && read >= share as f64;
+        }
+        if ready {
+            break;
+        }
+        if parked.elapsed() > DEADLINE {
+            tasks.abort_all();
+            return Err(format!(
+                "{waiters} waiters did not park within {DEADLINE:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before = admin.total_commands().await?;
+    let sent = Instant::now();
+    let response = client
+        .post(format!("{first}/latches/{name}/count-down"))
+        .json(&serde_json::json!({}))
+        .send()
+        .await;
+    let reply = expect_status(response, StatusCode::OK, "count-down").await?;
+    let replied = Instant::now();
+    if reply != r#"{"count":0,"open":true}"# {
+        return Err(format!(
+            "count-down: expected it to open the latch, got {reply}"
+        ));
+    }
+    let mut errors = Vec::new();
+    let answered = join_all(&mut tasks, DEADLINE, &mut errors).await;
+    let commands = admin.total_commands().await? - before;
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    if answered.len() != waiters {
+        return Err(format!("{} of {waiters} waiters answered", answered.len()));
+    }
+    let last = answered.into_iter().max().unwrap_or(replied);
+    Ok(Sample {
+        latency: last.saturating_duration_since(replied),
+        from_sent: last.saturating_duration_since(sent),
+        commands,
+    })
+}
+
+fn ms(d: Option<Duration>) -> f64 {
+    d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// `rounds` rounds of `per_round` counted fan-outs (after one warm-up each).
+pub async fn measure(
+    client: &reqwest::Client,
+    bases: &[String],
+    admin: &Redis,
+    waiters: usize,
+    rounds: usize,
+    per_round: usize,
+) -> Row {
+    let mut samples = Vec::new();
+    let mut errors = Vec::new();
+    for round in 0..rounds {
+        for i in 0..=per_round {
+            let name = format!("bench-fanout-r{round}-{i}");
+            match fan_out(client, bases, admin, &name, waiters).await {
+                Ok(sample) if i > 0 => samples.push(sample),
+                Ok(_) => {}
+                Err(e) => errors.push(format!("latch fan-out {name}: {e}")),
+            }
+        }
+    }
+    let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+    let mut from_sent: Vec<Duration> = samples.iter().map(|s| s.from_sent).collect();
+    latencies.sort_unstable();
+    from_sent.sort_unstable();
+    let commands: Vec<f64> = samples.iter().map(|s| s.commands as f64).collect();
+    Row {
+        waiters,
+        instances: bases.len(),
+        fanouts: samples.len(),
+        p50_ms: ms(percentile(&latencies, 50.0)),
+        p99_ms: ms(percentile(&latencies, 99.0)),
+        p99_from_sent_ms: ms(percentile(&from_sent, 99.0)),
+        commands_per: median(commands.clone()),
+        commands_max: commands.into_iter().fold(f64::NAN, f64::max),
+        errors,
+    }
+}

@@ -1,0 +1,445 @@
+//! `/latches/{name}/...`: count-down latches (README: "Count-down
+//! latches"). A wait is an [`Acquisition`] whose grant is the latch
+//! opening: it answers 200 with the latch's state whether or not it opened,
+//! and its SSE events are `count`, then `open` or `timeout`. Its waiters
+//! wait in [`WaitMode::Broadcast`]: one message per count-down answers all
+//! of them.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::coord::latches::{CountedDown, LatchState, Latches};
+use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::error::{ApiError, Problem, ProblemType};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery, Millis, check_name, wait_from, wants_sse};
+use crate::http::lock_family::NamePath;
+use crate::http::longpoll::{self, Acquisition, NotGranted, Vocabulary};
+use crate::http::responses::{NameErrors, WaitErrors};
+use crate::state::AppState;
+use crate::store::StoreError;
+use crate::wait::WaitMode;
+
+pub const TAG: &str = "latches";
+
+/// The largest count a latch can be set to, and the largest `by`.
+pub const MAX_COUNT: u64 = 1_000_000_000;
+/// A latch's life when `ttl_ms` is omitted: one day.
+pub const DEFAULT_TTL_MS: u64 = 86_400_000;
+pub const MIN_TTL_MS: u64 = 1000;
+pub const MAX_TTL_MS: u64 = 604_800_000;
+/// The longest `Idempotency-Key` accepted, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// A whole number as sent: negative numbers and numbers too large are
+/// kept (and reported as `out-of-range`); anything else is a body error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Amount(pub i128);
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Amount;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a whole number")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Amount, E> {
+                Ok(Amount(v.into()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Amount, E> {
+                Ok(Amount(v.into()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Amount, E> {
+                // 5.0 is a whole number; so is 1e30 (out of range later).
+                if v.is_finite() && v.fract() == 0.0 {
+                    Ok(Amount(v as i128))
+                } else {
+                    Err(E::custom("expected a whole number"))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Amount {
+    /// Checks `1..=MAX_COUNT` and names the field in the problem.
+    fn count(self, field: &str) -> Result<u64, ApiError> {
+        Millis(self.0).within(field, 1, MAX_COUNT)
+    }
+}
+
+/// Body of a set. `count` is required.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"count": 3, "ttl_ms": 86400000}))]
+pub struct SetRequest {
+    /// Count-downs needed to open the latch: 1 to 1000000000.
+    #[schema(value_type = u64, minimum = 1, maximum = 1000000000, example = 3)]
+    pub count: Option<Amount>,
+    /// The latch's life in ms (default 86400000, one day; 1000 to
+    /// 604800000): when it ends, the latch opens by itself, so an
+    /// abandoned latch never lingers.
+    #[schema(value_type = Option<u64>, minimum = 1000, maximum = 604800000, example = 86400000)]
+    pub ttl_ms: Option<Millis>,
+}
+
+/// Body of a count-down; may be omitted.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"by": 1}))]
+pub struct CountDownRequest {
+    /// How much to count down (default 1; 1 to 1000000000). The count
+    /// never goes below 0.
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000000000, example = 1)]
+    pub by: Option<Amount>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitQuery {
+    /// How long to wait for the latch to open, in ms (default 0 = look
+    /// once). The maximum is configuration (max_wait_ms); the bound shown
+    /// is the default.
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 10000)]
+    pub wait_ms: Option<String>,
+}
+
+/// A latch's state, with its name.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"name": "batch-42", "count": 2, "open": false}))]
+pub struct LatchStatus {
+    pub name: String,
+    /// Count-downs left (0 when open).
+    pub count: u64,
+    /// True when the latch is open: counted down to 0, deleted, expired,
+    /// or never set.
+    pub open: bool,
+}
+
+/// A latch's state: the answer to a count-down and to a wait.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"count": 0, "open": true}))]
+pub struct LatchCount {
+    /// Count-downs left (0 when open).
+    pub count: u64,
+    /// True when the latch is open.
+    pub open: bool,
+}
+
+impl LatchCount {
+    fn of(count: u64) -> Self {
+        LatchCount {
+            count,
+            open: count == 0,
+        }
+    }
+}
+
+/// The answer to a delete.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"deleted": true}))]
+pub struct LatchDeleted {
+    /// True when the latch was closed (its waiters were released).
+    pub deleted: bool,
+}
+
+/// A latch wait: `count` events, then `open` (granted) or `timeout`.
+const LATCH: Vocabulary = Vocabulary {
+    waiting: "count",
+    granted: "open",
+    timeout: "timeout",
+    granted_outcome: "opened",
+};
+
+/// One wait for a latch to open.
+#[derive(Clone)]
+struct LatchWait {
+    latches: Latches,
+    name: String,
+}
+
+fn state_json(blocked: Blocked) -> Value {
+    json!(LatchCount::of(blocked.position.unwrap_or(0)))
+}
+
+impl Acquisition for LatchWait {
+    /// The latch opened (nothing is held: there is nothing to give back).
+    type Grant = ();
+
+    fn primitive(&self) -> &'static str {
+        "latch"
+    }
+
+    fn channel(&self) -> String {
+        self.latches.wake_channel(&self.name)
+    }
+
+    fn mode(&self) -> WaitMode {
+        WaitMode::Broadcast
+    }
+
+    async fn attempt(&self, _attempt: &AttemptId) -> Result<Attempt<()>, StoreError> {
+        let state = self.latches.state(&self.name).await?;
+        Ok(match state.open() {
+            true => Attempt::Granted(()),
+            false => Attempt::Blocked(state.blocked()),
+        })
+    }
+
+    /// A wait holds nothing.
+    async fn undo(&self, _attempt: &AttemptId) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    fn not_granted(&self, blocked: Blocked) -> NotGranted {
+        NotGranted::State(state_json(blocked))
+    }
+
+    fn waiting(&self, blocked: Blocked) -> Value {
+        state_json(blocked)
+    }
+
+    fn vocabulary(&self) -> &'static Vocabulary {
+        &LATCH
+    }
+
+    fn released(&self) -> Option<()> {
+        Some(())
+    }
+
+    fn grant_json(&self, _grant: &()) -> Value {
+        json!(LatchCount::of(0))
+    }
+
+    fn granted(&self, _grant: ()) -> Response {
+        Json(LatchCount::of(0)).into_response()
+    }
+}
+
+/// The `Idempotency-Key` header, if sent: 1 to 255 visible ASCII
+/// characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let valid = values.next().is_none()
+        && (1..=MAX_IDEMPOTENCY_KEY).contains(&value.len())
+        && value.as_bytes().iter().all(|b| b.is_ascii_graphic());
+    if !valid {
+        return Err(ApiError::invalid_body(format!(
+            "Idempotency-Key must be sent once, as 1-{MAX_IDEMPOTENCY_KEY} visible ASCII \
+             characters (e.g. a UUID)"
+        )));
+    }
+    // Visible ASCII is valid UTF-8.
+    Ok(value.to_str().ok())
+}
+
+const SSE_EXAMPLE: &str = "event: count\ndata: {\"count\":2,\"open\":false}\n\nevent: count\ndata: {\"count\":1,\"open\":false}\n\nevent: open\ndata: {\"count\":0,\"open\":true}\n\n";
+
+/// Set a latch's count (close it).
+///
+/// Succeeds when the latch is open (never set, counted down to 0, deleted
+/// or expired); while it is closed, 409 `latch-exists` and the count is
+/// left alone. The latch opens by itself when `ttl_ms` passes.
+#[utoipa::path(
+    put,
+    path = "/latches/{name}",
+    tag = TAG,
+    params(NamePath),
+    request_body(content = SetRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Set: the latch is closed with this count", body = LatchStatus),
+        (status = 400, description = "Invalid name or body (`count` missing), or `count`/`ttl_ms` out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The latch is closed (`latch-exists`); the detail gives its count", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn set(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    ApiJson(body): ApiJson<SetRequest>,
+) -> Result<Response, ApiError> {
+    check_name(&path.name)?;
+    let count = body
+        .count
+        .ok_or_else(|| ApiError::invalid_body("count is required, e.g. {\"count\": 3}"))?
+        .count("count")?;
+    let ttl_ms = match body.ttl_ms {
+        None => DEFAULT_TTL_MS,
+        Some(ttl) => ttl.within("ttl_ms", MIN_TTL_MS, MAX_TTL_MS)?,
+    };
+    match state.latches.set(&path.name, count, ttl_ms).await? {
+        Ok(count) => {
+            let body = LatchStatus {
+                name: path.name,
+                count,
+                open: false,
+            };
+            Ok((StatusCode::CREATED, Json(body)).into_response())
+        }
+        Err(count) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            ProblemType::LatchExists,
+            format!(
+                "the latch is closed with count {count}; it can be set again once it opens \
+                 (counted down to 0, deleted, or its ttl_ms passed)"
+            ),
+        )),
+    }
+}
+
+/// Count the latch down.
+///
+/// The count never goes below 0; at 0 the latch opens: every waiter on
+/// every instance is released and the name can be set again. With an
+/// `Idempotency-Key` header, the same key on the same latch within 10
+/// minutes counts once and replays the first answer, even when retries
+/// race.
+#[utoipa::path(
+    post,
+    path = "/latches/{name}/count-down",
+    tag = TAG,
+    params(
+        NamePath,
+        ("Idempotency-Key" = Option<String>, Header,
+            description = "Makes retries safe: the same key on the same latch within 10 minutes \
+                counts down once and replays the first answer (even after the latch opened and \
+                was set again). 1-255 visible ASCII characters, e.g. a UUID. A count-down that \
+                found no latch (404) is not remembered.",
+            example = "0b6f0d3c-5c2e-4a57-9d43-3b1b7f7a2e10"),
+    ),
+    request_body(content = Option<CountDownRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Counted down (or replayed): what is left, and whether it opened", body = LatchCount),
+        (status = 400, description = "Invalid name, body or Idempotency-Key, or `by` out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such latch (`not-found`): never set, already opened, expired or deleted", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn count_down(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<CountDownRequest>,
+) -> Result<Json<LatchCount>, ApiError> {
+    check_name(&path.name)?;
+    let key = idempotency_key(&headers)?;
+    let by = match body.by {
+        None => 1,
+        Some(by) => by.count("by")?,
+    };
+    match state.latches.count_down(&path.name, by, key).await? {
+        CountedDown::Counted { count } | CountedDown::Replayed { count } => {
+            Ok(Json(LatchCount::of(count)))
+        }
+        CountedDown::NotFound => Err(ApiError::not_found(
+            "no such latch: never set, already opened (counted down to 0 or deleted), or its \
+             ttl_ms passed",
+        )),
+    }
+}
+
+/// Read a latch's state. A missing latch is open, count 0.
+#[utoipa::path(
+    get,
+    path = "/latches/{name}",
+    tag = TAG,
+    params(NamePath),
+    responses(
+        (status = 200, description = "The state", body = LatchStatus),
+        NameErrors,
+    )
+)]
+pub async fn state(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+) -> Result<Json<LatchStatus>, ApiError> {
+    check_name(&path.name)?;
+    let LatchState { count, .. } = state.latches.state(&path.name).await?;
+    Ok(Json(LatchStatus {
+        name: path.name,
+        count,
+        open: count == 0,
+    }))
+}
+
+/// Delete a latch whatever its count: its waiters see it open.
+#[utoipa::path(
+    delete,
+    path = "/latches/{name}",
+    tag = TAG,
+    params(NamePath),
+    responses(
+        (status = 200, description = "Deleted (`deleted` is false if it was already open)", body = LatchDeleted),
+        NameErrors,
+    )
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+) -> Result<Json<LatchDeleted>, ApiError> {
+    check_name(&path.name)?;
+    let deleted = state.latches.delete(&path.name).await?;
+    Ok(Json(LatchDeleted { deleted }))
+}
+
+/// Wait for a latch to open.
+///
+/// Long-polls up to `wait_ms` and answers 200 with the state either way:
+/// `open: true` as soon as it opens, else `open: false` and the count when
+/// `wait_ms` passes. With `Accept: text/event-stream` the answer is a
+/// stream: a `count` event with the state at once and on every change,
+/// then `open`, `timeout` (data: the state) or `error` (data: a problem).
+#[utoipa::path(
+    get,
+    path = "/latches/{name}/wait",
+    tag = TAG,
+    params(NamePath, WaitQuery),
+    responses(
+        (status = 200, description = "Open, or still closed when `wait_ms` passed. The \
+            `text/event-stream` variant is what a request with `Accept: text/event-stream` gets: \
+            `event: count` (data: `{\"count\", \"open\": false}`; at once, on every change and at \
+            least every 15 s), then exactly one of `event: open` (data: `{\"count\": 0, \"open\": \
+            true}`), `event: timeout` (data: the state) or `event: error` (data: a problem).",
+            content(
+                (LatchCount = "application/json"),
+                (String = "text/event-stream", example = json!(SSE_EXAMPLE)),
+            )),
+        WaitErrors,
+    )
+)]
+pub async fn wait(
+    State(state): State<AppState>,
+    ApiPath(path): ApiPath<NamePath>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    check_name(&path.name)?;
+    let wait_ms = match query.wait_ms {
+        None => None,
+        Some(raw) => Some(Millis(raw.trim().parse().map_err(|_| {
+            ApiError::invalid_body(format!("wait_ms must be a whole number of ms, got {raw:?}"))
+        })?)),
+    };
+    let wait_ms = wait_from(&state, wait_ms)?;
+    let acquisition = LatchWait {
+        latches: state.latches.clone(),
+        name: path.name,
+    };
+    longpoll::respond(&state, wants_sse(&headers), arrived, wait_ms, acquisition).await
+}
