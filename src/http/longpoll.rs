@@ -7,10 +7,11 @@
 //! calls [`respond`]. So does a latch's wait: an acquisition whose grant is
 //! the latch opening, whose "not granted" answer is a 200 state rather
 //! than a problem ([`NotGranted`]) and whose SSE events have their own
-//! names ([`Vocabulary`]); the defaults are the lock family's. The first try happens before any response is
-//! committed, so bad input, a full instance (429) or an unreachable Redis
-//! (503) get real status codes even for SSE; only what happens after the
-//! stream opened is reported as an `error` event.
+//! names ([`Vocabulary`]); the defaults are the lock family's. The first
+//! try happens before any response is committed, so bad input, a full
+//! instance (429) or an unreachable Redis (503) get real status codes even
+//! for SSE; only what happens after the stream opened is reported as an
+//! `error` event.
 //!
 //! Give-backs: every try carries a fresh [`AttemptId`]. When a try's
 //! outcome is unknown (its client left while it ran, its reply was lost,
