@@ -319,7 +319,8 @@ pub async fn set(
                 counts down once and replays the first answer (even after the latch opened and \
                 was set again). 1-255 visible ASCII characters, e.g. a UUID. A count-down that \
                 found no latch (404) is not remembered.",
-            example = "0b6f0d3c-5c2e-4a57-9d43-3b1b7f7a2e10"),
+            example = "0b6f0d3c-5c2e-4a57-9d43-3b1b7f7a2e10",
+            pattern = "^[!-~]{1,255}$"),
     ),
     request_body(content = Option<CountDownRequest>, content_type = "application/json"),
     responses(

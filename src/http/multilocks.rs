@@ -34,7 +34,7 @@ const MAX_NAMES: usize = 64;
 #[schema(example = json!({"names": ["orders", "invoices"], "lease_ms": 30000, "wait_ms": 0}))]
 pub struct MultiAcquireRequest {
     /// 1 to 64 distinct lock names (the locks of `/locks/{name}`).
-    #[schema(min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
+    #[schema(value_type = Vec<LockName>, min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
     pub names: Vec<String>,
     /// Who acquires. Omit it and the server generates one (128 random
     /// bits); reuse it to renew and release.
@@ -57,7 +57,7 @@ pub struct MultiAcquireRequest {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"names": ["orders", "invoices"], "holder": "worker-1"}))]
 pub struct MultiHeartbeatRequest {
-    #[schema(min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
+    #[schema(value_type = Vec<LockName>, min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
     pub names: Vec<String>,
     #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
     pub holder: String,
@@ -72,11 +72,17 @@ pub struct MultiHeartbeatRequest {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"names": ["orders", "invoices"], "holder": "worker-1"}))]
 pub struct MultiReleaseRequest {
-    #[schema(min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
+    #[schema(value_type = Vec<LockName>, min_items = 1, max_items = 64, example = json!(["orders", "invoices"]))]
     pub names: Vec<String>,
     #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
     pub holder: String,
 }
+
+/// A lock's name, as in `/locks/{name}` (documentation only).
+#[derive(ToSchema)]
+#[schema(pattern = "^[A-Za-z0-9._~:-]{1,256}$")]
+#[allow(dead_code)] // documentation only: never built
+pub struct LockName(String);
 
 /// One lock of a multi-lock's grant.
 #[derive(Debug, Serialize, ToSchema)]

@@ -56,7 +56,7 @@ pub fn openapi() -> serde_json::Value {
     polish(super::router::routes().split_for_parts().1)
 }
 
-/// Two adjustments utoipa cannot express, applied to the generated document:
+/// Three adjustments utoipa cannot express, applied to the generated document:
 ///
 /// - utoipa keeps responses in status order, which would put an acquire's
 ///   `200 text/event-stream` before its `201 application/json`. Swagger UI's
@@ -64,6 +64,7 @@ pub fn openapi() -> serde_json::Value {
 /// - An optional body is generated as `oneOf: [null, Schema]`; it becomes
 ///   the schema itself with `required: false`, with the schema's example on
 ///   the media type, so Swagger UI pre-fills a valid request.
+/// - A multi-lock's `names` get `uniqueItems: true`.
 pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
     use serde_json::{Map, Value};
     let mut doc = serde_json::to_value(doc).expect("the OpenAPI document serializes");
@@ -76,6 +77,14 @@ pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
                 .collect()
         })
         .unwrap_or_default();
+    // A multi-lock's `names` are distinct (utoipa has no `uniqueItems`).
+    if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
+        for schema in schemas.values_mut() {
+            if let Some(names) = schema.pointer_mut("/properties/names") {
+                names["uniqueItems"] = Value::Bool(true);
+            }
+        }
+    }
     let Some(paths) = doc["paths"].as_object_mut() else {
         return doc;
     };
