@@ -18,9 +18,9 @@ use utoipa::{IntoParams, ToSchema};
 use crate::coord::latches::{CountedDown, LatchState, Latches};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem, ProblemType};
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery, Millis, check_name, wait_from, wants_sse};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery, Millis, check_name, wait_from};
 use crate::http::lock_family::NamePath;
-use crate::http::longpoll::{self, Acquisition, NotGranted, Vocabulary};
+use crate::http::longpoll::{self, Acquisition, NotGranted, Timing, Vocabulary};
 use crate::http::responses::{NameErrors, WaitErrors};
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -442,5 +442,6 @@ pub async fn wait(
         latches: state.latches.clone(),
         name: path.name,
     };
-    longpoll::respond(&state, wants_sse(&headers), arrived, wait_ms, acquisition).await
+    let timing = Timing { arrived, wait_ms };
+    longpoll::respond(&state, &headers, timing, acquisition).await
 }

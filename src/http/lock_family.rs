@@ -19,9 +19,8 @@ use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::http::extract::{
     Millis, check_holder, check_holder_in_path, check_name, lease_from, new_holder, wait_from,
-    wants_sse,
 };
-use crate::http::longpoll::{self, Acquisition};
+use crate::http::longpoll::{self, Acquisition, Timing};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::wait::WaitMode;
@@ -159,6 +158,14 @@ impl Checked {
             lease_ms: lease_from(state, body.lease_ms)?,
             wait_ms: wait_from(state, body.wait_ms)?,
         })
+    }
+
+    /// When it arrived and how long it may wait.
+    pub fn timing(&self) -> Timing {
+        Timing {
+            arrived: self.arrived,
+            wait_ms: self.wait_ms,
+        }
     }
 
     /// When the request stops waiting.
@@ -334,6 +341,7 @@ pub async fn acquire(
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
     let checked = Checked::new(state, name, body)?;
+    let timing = checked.timing();
     let acquisition = LockAcquisition {
         locks: locks.clone(),
         deadline: checked.deadline(),
@@ -341,14 +349,7 @@ pub async fn acquire(
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(
-        state,
-        wants_sse(headers),
-        checked.arrived,
-        checked.wait_ms,
-        acquisition,
-    )
-    .await
+    longpoll::respond(state, headers, timing, acquisition).await
 }
 
 /// What a lock-like resource answers to the operations on holds and on

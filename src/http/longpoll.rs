@@ -24,7 +24,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
@@ -34,6 +34,7 @@ use tokio::time::Instant;
 
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
+use crate::http::extract::wants_sse;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -167,6 +168,13 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
     fn granted(&self, grant: Self::Grant) -> Response;
 }
 
+/// When a request arrived and how long it may wait.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub arrived: Instant,
+    pub wait_ms: u64,
+}
+
 /// A grant and the attempt that made it.
 type Made<G> = (AttemptId, G);
 
@@ -174,11 +182,11 @@ type Made<G> = (AttemptId, G);
 /// stream until `wait_ms` after arrival.
 pub async fn respond<A: Acquisition>(
     state: &AppState,
-    sse: bool,
-    arrived: Instant,
-    wait_ms: u64,
+    headers: &HeaderMap,
+    Timing { arrived, wait_ms }: Timing,
     acquisition: A,
 ) -> Result<Response, ApiError> {
+    let sse = wants_sse(headers);
     let (engine, metrics) = (&state.engine, &state.metrics);
     let primitive = acquisition.primitive();
     let words = acquisition.vocabulary();

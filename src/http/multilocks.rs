@@ -17,7 +17,7 @@ use crate::coord::locks::LockGrant;
 use crate::coord::multilocks::MultiLocks;
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
-use crate::http::extract::{ApiJson, Millis, check_holder, check_name, lease_from, wants_sse};
+use crate::http::extract::{ApiJson, Millis, check_holder, check_name, lease_from};
 use crate::http::lock_family::{AcquireRequest, Checked};
 use crate::http::longpoll::{self, Acquisition};
 use crate::http::responses::{AcquireErrors, HoldErrors};
@@ -293,20 +293,14 @@ pub async fn acquire(
     // The set's first name stands for it in the checked request (the
     // names were checked above).
     let checked = Checked::new(&state, body.names[0].clone(), rest)?;
+    let timing = checked.timing();
     let acquisition = MultiAcquisition {
         multilocks: state.multilocks.clone(),
         names: body.names,
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(
-        &state,
-        wants_sse(&headers),
-        checked.arrived,
-        checked.wait_ms,
-        acquisition,
-    )
-    .await
+    longpoll::respond(&state, &headers, timing, acquisition).await
 }
 
 /// Renew the holder's lease on every lock of the set (or on none).

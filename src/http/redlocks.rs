@@ -20,9 +20,7 @@ use utoipa::ToSchema;
 use crate::coord::redlock::{RedGrant, RedLocks, RedState};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
-use crate::http::extract::{
-    ApiJson, ApiPath, check_holder_in_path, check_name, lease_from, wants_sse,
-};
+use crate::http::extract::{ApiJson, ApiPath, check_holder_in_path, check_name, lease_from};
 use crate::http::lock_family::{
     AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath, created,
 };
@@ -230,20 +228,14 @@ pub async fn acquire(
 ) -> Result<Response, ApiError> {
     let redlocks = configured(&state)?.clone();
     let checked = Checked::new(&state, path.name, body)?;
+    let timing = checked.timing();
     let acquisition = RedlockAcquisition {
         redlocks,
         name: checked.name,
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(
-        &state,
-        wants_sse(&headers),
-        checked.arrived,
-        checked.wait_ms,
-        acquisition,
-    )
-    .await
+    longpoll::respond(&state, &headers, timing, acquisition).await
 }
 
 /// Renew the hold on every node.

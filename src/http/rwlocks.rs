@@ -12,7 +12,6 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::{Attempt, AttemptId, Blocked};
-use crate::http::extract::wants_sse;
 use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
 use crate::http::responses::AcquireErrors;
@@ -198,6 +197,7 @@ async fn acquire(
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
     let checked = Checked::new(&state, name, body)?;
+    let timing = checked.timing();
     let acquisition = RwAcquisition {
         rwlocks: state.rwlocks.clone(),
         deadline: checked.deadline(),
@@ -206,14 +206,7 @@ async fn acquire(
         mode,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(
-        &state,
-        wants_sse(headers),
-        checked.arrived,
-        checked.wait_ms,
-        acquisition,
-    )
-    .await
+    longpoll::respond(&state, headers, timing, acquisition).await
 }
 
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"catalog\",\"holder\":\"reader-1\",\"fencing_token\":8,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"mode\":\"read\",\"read_hold_count\":1,\"write_hold_count\":0}\n\n";

@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ProblemType;
-use crate::http::extract::{Millis, check_name, wants_sse};
+use crate::http::extract::{Millis, check_name};
 use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
 use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors};
@@ -290,6 +290,7 @@ pub async fn acquire(
         wait_ms: body.wait_ms,
     };
     let checked = Checked::new(&state, path.name, rest)?;
+    let timing = checked.timing();
     let permits = match body.permits {
         Some(p) => p.within("permits", 1, MAX_PERMITS)?,
         None => 1,
@@ -302,14 +303,7 @@ pub async fn acquire(
         permits,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(
-        &state,
-        wants_sse(&headers),
-        checked.arrived,
-        checked.wait_ms,
-        acquisition,
-    )
-    .await
+    longpoll::respond(&state, &headers, timing, acquisition).await
 }
 
 impl HoldApi for Semaphores {
