@@ -211,6 +211,12 @@ pub fn lease_from(state: &AppState, lease: Option<Millis>) -> Result<u64, ApiErr
     }
 }
 
+/// The lease a renewal asked for, checked like [`lease_from`]; `None`
+/// when it names none (the hold keeps the lease it has).
+pub fn renewal_lease(state: &AppState, lease: Option<Millis>) -> Result<Option<u64>, ApiError> {
+    lease.map(|m| lease_from(state, Some(m))).transpose()
+}
+
 /// How long a request may wait, checked against `max_wait_ms` (0 when
 /// omitted: try once).
 pub fn wait_from(state: &AppState, wait: Option<Millis>) -> Result<u64, ApiError> {

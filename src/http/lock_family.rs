@@ -18,7 +18,8 @@ use crate::coord::locks::{LockGrant, LockKind, Locks};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::http::extract::{
-    Millis, check_holder, check_holder_in_path, check_name, lease_from, new_holder, wait_from,
+    Millis, check_holder, check_holder_in_path, check_name, lease_from, new_holder, renewal_lease,
+    wait_from,
 };
 use crate::http::longpoll::{self, Acquisition, Timing};
 use crate::state::AppState;
@@ -44,6 +45,14 @@ pub struct HolderPath {
     /// The holder id from the grant (a capability: keep it secret).
     #[param(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
     pub holder: String,
+}
+
+impl HolderPath {
+    /// Checks the name and the holder id (both reported as path problems).
+    pub fn check(&self) -> Result<(), ApiError> {
+        check_name(&self.name)?;
+        check_holder_in_path(&self.holder)
+    }
 }
 
 /// Body of an acquire. Every field is optional; the body may be omitted.
@@ -189,13 +198,6 @@ pub fn created(location: &str, grant: Value) -> Response {
         response.headers_mut().insert(header::LOCATION, value);
     }
     response
-}
-
-/// The heartbeat's lease, when the body names one.
-fn heartbeat_lease(state: &AppState, body: &HeartbeatRequest) -> Result<Option<u64>, ApiError> {
-    body.lease_ms
-        .map(|m| lease_from(state, Some(m)))
-        .transpose()
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -460,9 +462,8 @@ pub async fn heartbeat<H: HoldApi>(
     path: HolderPath,
     body: HeartbeatRequest,
 ) -> Result<Json<H::Renewed>, ApiError> {
-    check_name(&path.name)?;
-    check_holder_in_path(&path.holder)?;
-    let lease = heartbeat_lease(state, &body)?;
+    path.check()?;
+    let lease = renewal_lease(state, body.lease_ms)?;
     match holds.renew(&path.name, &path.holder, lease).await? {
         Some(renewed) => Ok(Json(renewed)),
         None => Err(ApiError::not_held(H::NOT_HELD)),
@@ -475,8 +476,7 @@ pub async fn release<H: HoldApi>(
     path: HolderPath,
     query: H::ReleaseQuery,
 ) -> Result<Json<H::Released>, ApiError> {
-    check_name(&path.name)?;
-    check_holder_in_path(&path.holder)?;
+    path.check()?;
     match holds.let_go(&path.name, &path.holder, query).await? {
         Some(released) => Ok(Json(released)),
         None => Err(ApiError::not_held(H::NOT_HELD)),

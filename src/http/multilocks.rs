@@ -17,7 +17,7 @@ use crate::coord::locks::LockGrant;
 use crate::coord::multilocks::MultiLocks;
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
-use crate::http::extract::{ApiJson, Millis, check_holder, check_name, lease_from};
+use crate::http::extract::{ApiJson, Millis, check_holder, check_name, renewal_lease};
 use crate::http::lock_family::{AcquireRequest, Checked};
 use crate::http::longpoll::{self, Acquisition};
 use crate::http::responses::{AcquireErrors, HoldErrors};
@@ -320,10 +320,7 @@ pub async fn heartbeat(
 ) -> Result<Json<MultiGrant>, ApiError> {
     check_names(&body.names)?;
     check_holder(&body.holder)?;
-    let lease = body
-        .lease_ms
-        .map(|m| lease_from(&state, Some(m)))
-        .transpose()?;
+    let lease = renewal_lease(&state, body.lease_ms)?;
     match state
         .multilocks
         .heartbeat(&body.names, &body.holder, lease)

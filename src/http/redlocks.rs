@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 use crate::coord::redlock::{RedGrant, RedLocks, RedState};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
-use crate::http::extract::{ApiJson, ApiPath, check_holder_in_path, check_name, lease_from};
+use crate::http::extract::{ApiJson, ApiPath, check_name, renewal_lease};
 use crate::http::lock_family::{
     AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath, created,
 };
@@ -259,12 +259,8 @@ pub async fn heartbeat(
     ApiJson(body): ApiJson<HeartbeatRequest>,
 ) -> Result<Json<RedlockGrant>, ApiError> {
     let redlocks = configured(&state)?;
-    check_name(&path.name)?;
-    check_holder_in_path(&path.holder)?;
-    let lease = body
-        .lease_ms
-        .map(|m| lease_from(&state, Some(m)))
-        .transpose()?;
+    path.check()?;
+    let lease = renewal_lease(&state, body.lease_ms)?;
     match redlocks.heartbeat(&path.name, &path.holder, lease).await? {
         Some(g) => Ok(Json(RedlockGrant::new(&path.name, &path.holder, &g))),
         None => Err(ApiError::not_held(
@@ -290,8 +286,7 @@ pub async fn release(
     ApiPath(path): ApiPath<HolderPath>,
 ) -> Result<Json<RedlockRelease>, ApiError> {
     let redlocks = configured(&state)?;
-    check_name(&path.name)?;
-    check_holder_in_path(&path.holder)?;
+    path.check()?;
     match redlocks.release(&path.name, &path.holder).await? {
         Some(released) => Ok(Json(RedlockRelease { released })),
         None => Err(ApiError::not_held(
