@@ -192,13 +192,13 @@ pub async fn respond<A: Acquisition>(
     let words = acquisition.vocabulary();
     let deadline = arrived + Duration::from_millis(wait_ms);
     // A broadcast's waiters subscribe before their first try, so that no
-    // release between the try and the subscription goes unheard.
+    // release between the try and the subscription goes unheard. If that
+    // fails (a full instance, shutdown), the try still runs: only a
+    // request that must wait is refused.
     let early = match acquisition.mode() {
-        WaitMode::Broadcast if wait_ms > 0 => Some(
-            engine
-                .admit(&acquisition.channel(), WaitMode::Broadcast)
-                .inspect_err(|_| metrics.acquisition(primitive, "error"))?,
-        ),
+        WaitMode::Broadcast if wait_ms > 0 => {
+            Some(engine.admit(&acquisition.channel(), WaitMode::Broadcast))
+        }
         _ => None,
     };
     let first = engine
@@ -236,14 +236,11 @@ pub async fn respond<A: Acquisition>(
         return answer.response();
     }
 
-    let waiter = match early {
-        Some(waiter) => waiter,
-        None => engine
-            .admit_all(&acquisition.channels(), acquisition.mode())
-            .inspect_err(|_| {
-                metrics.acquisition(primitive, "error");
-            })?,
+    let admitted = match early {
+        Some(admitted) => admitted,
+        None => engine.admit_all(&acquisition.channels(), acquisition.mode()),
     };
+    let waiter = admitted.inspect_err(|_| metrics.acquisition(primitive, "error"))?;
 
     if !sse {
         // hyper drops this future when the client goes away; the guard

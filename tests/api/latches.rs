@@ -728,3 +728,28 @@ async fn bad_latch_requests_are_problems() {
         .unwrap();
     assert_problem(response, 405, "method-not-allowed").await;
 }
+
+/// A full instance (every waiter slot taken) still answers a wait on a
+/// latch that is already open: only a request that must wait needs a slot.
+#[tokio::test]
+async fn a_full_instance_still_answers_a_wait_on_an_open_latch() {
+    let redis = redis();
+    let app = spawn_app(Config {
+        max_waiters: 1,
+        ..test_config(&redis)
+    })
+    .await;
+    must_set(&app, "closed", 1).await;
+    let parked = spawn_wait(&app, "closed", 5000);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let response = wait(&app, "never-set", 1000).await;
+    assert_eq!(response.status(), 200, "an open latch needs no waiter slot");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body, json!({"count": 0, "open": true}));
+    // A wait that would have to wait still gets 429.
+    must_set(&app, "other", 1).await;
+    assert_problem(wait(&app, "other", 1000).await, 429, "too-many-waiters").await;
+    must_count_down(&app, "closed").await;
+    let (status, _, _) = parked.await.unwrap();
+    assert_eq!(status, 200);
+}
