@@ -694,3 +694,36 @@ async fn an_open_connection_does_not_cost_a_copy_of_the_routes() {
         "each open connection costs {per_connection:.1} KiB of RSS"
     );
 }
+
+/// The schema must not allow what the service refuses (schemathesis found
+/// both): a multi-lock's names are distinct valid lock names, and an
+/// `Idempotency-Key` is 1-255 visible ASCII characters.
+#[test]
+fn the_openapi_schema_describes_names_and_idempotency_keys_as_checked() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&latchkey::openapi_json()).expect("the document is JSON");
+    for body in [
+        "MultiAcquireRequest",
+        "MultiHeartbeatRequest",
+        "MultiReleaseRequest",
+    ] {
+        let names = &doc["components"]["schemas"][body]["properties"]["names"];
+        assert_eq!(names["uniqueItems"], true, "{body}: {names}");
+        assert_eq!(
+            names["items"]["$ref"], "#/components/schemas/LockName",
+            "{body}"
+        );
+    }
+    assert_eq!(
+        doc["components"]["schemas"]["LockName"]["pattern"],
+        "^[A-Za-z0-9._~:-]{1,256}$"
+    );
+    let params = doc["paths"]["/latches/{name}/count-down"]["post"]["parameters"]
+        .as_array()
+        .expect("parameters");
+    let key = params
+        .iter()
+        .find(|p| p["name"] == "Idempotency-Key")
+        .expect("the header is documented");
+    assert_eq!(key["schema"]["pattern"], "^[!-~]{1,255}$");
+}
