@@ -29,11 +29,13 @@ WORKDIR /usr/src/latchkey
 # Only the manifest and lockfile are copied, and every target that
 # Cargo.toml declares gets a placeholder source file (the [[bench]] target
 # "latchkey-bench" must exist for the manifest to load). This layer, with
-# all compiled dependencies, is reused until Cargo.toml or Cargo.lock change.
+# all compiled dependencies, is reused until Cargo.toml, Cargo.lock or
+# .cargo/config.toml change.
 # Afterwards the placeholder crate's own artifacts are deleted so the real
 # sources are always rebuilt, whatever the modification times of the copied
 # files are.
 COPY Cargo.toml Cargo.lock ./
+COPY .cargo/ ./.cargo/
 RUN mkdir -p src benches \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \

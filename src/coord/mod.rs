@@ -148,7 +148,7 @@ impl Layout {
         if part.is_empty() {
             self.store.key(name, self.base)
         } else {
-            self.store.key(name, &format!("{}:{part}", self.base))
+            self.store.key_of(name, &[self.base, ":", part])
         }
     }
 
@@ -163,7 +163,9 @@ impl Layout {
     pub fn keys(&self, name: &str, attempt: Option<&AttemptId>, extra: &[&str]) -> Vec<String> {
         let state = self.key(name, "");
         let marker = match attempt {
-            Some(a) => self.key(name, &format!("undone:{}", a.as_str())),
+            Some(a) => self
+                .store
+                .key_of(name, &[self.base, ":undone:", a.as_str()]),
             None => state.clone(),
         };
         let mut keys = vec![state, self.key(name, "fence"), marker];

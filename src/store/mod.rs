@@ -311,7 +311,21 @@ impl Store {
 
     /// `{prefix}{<name>}:<part>`.
     pub fn key(&self, name: &str, part: &str) -> String {
-        format!("{}{{{}}}:{}", self.inner.prefix, name, part)
+        self.key_of(name, &[part])
+    }
+
+    /// `{prefix}{<name>}:` followed by `parts`, built in one allocation
+    /// (several keys are named for every script call).
+    pub fn key_of(&self, name: &str, parts: &[&str]) -> String {
+        let prefix = &self.inner.prefix;
+        let len = prefix.len() + name.len() + 3 + parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut key = String::with_capacity(len);
+        key.push_str(prefix);
+        key.push('{');
+        key.push_str(name);
+        key.push_str("}:");
+        parts.iter().for_each(|p| key.push_str(p));
+        key
     }
 
     /// The pub/sub pattern that covers every channel of this deployment.
