@@ -22,6 +22,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -202,7 +203,7 @@ pub async fn respond<A: Acquisition>(
         _ => None,
     };
     let first = engine
-        .first_try(deadline, wait_ms > 0, guarded_try(&acquisition))
+        .first_try(deadline, wait_ms > 0, tried(&acquisition))
         .await;
     let blocked = match first {
         Ok(Attempt::Granted((_, grant))) => {
@@ -335,7 +336,7 @@ async fn wait<A: Acquisition>(
     blocked: Blocked,
     progress: impl FnMut(Blocked),
 ) -> Result<Outcome<Made<A::Grant>>, WaitError> {
-    let attempt = || guarded_try(acquisition);
+    let attempt = || tried(acquisition);
     match acquisition.mode() {
         WaitMode::Broadcast => {
             // A release granted without a try has no attempt to undo.
@@ -346,6 +347,16 @@ async fn wait<A: Acquisition>(
             waiter.wait(deadline, blocked, attempt, progress).await
         }
     }
+}
+
+/// [`guarded_try`] on the heap. A try's future (the script call, its
+/// connection and reply) is by far the largest state of a request; boxed,
+/// it lives only while the try runs, and a request that waits for hours
+/// holds a small future rather than room for one.
+fn tried<A: Acquisition>(
+    acquisition: &A,
+) -> Pin<Box<impl Future<Output = Result<Attempt<Made<A::Grant>>, StoreError>> + Send + '_>> {
+    Box::pin(guarded_try(acquisition))
 }
 
 /// One try under a fresh attempt id. If its outcome is unknown — the
