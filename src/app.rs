@@ -233,8 +233,9 @@ mod tests {
     /// serves fewer requests per core, so losing it must not go unnoticed.
     #[test]
     fn the_build_enables_the_runtime_setting() {
+        let enabled: bool = cfg!(tokio_unstable);
         assert!(
-            cfg!(tokio_unstable),
+            enabled,
             "built without --cfg tokio_unstable: see .cargo/config.toml"
         );
     }

@@ -22,12 +22,12 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
 use futures_util::stream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -355,7 +355,7 @@ async fn wait<A: Acquisition>(
 /// holds a small future rather than room for one.
 fn tried<A: Acquisition>(
     acquisition: &A,
-) -> Pin<Box<impl Future<Output = Result<Attempt<Made<A::Grant>>, StoreError>> + Send + '_>> {
+) -> BoxFuture<'_, Result<Attempt<Made<A::Grant>>, StoreError>> {
     Box::pin(guarded_try(acquisition))
 }
 
