@@ -10,6 +10,10 @@
 //! - **multi-lock**: `POST /multilocks/acquire` (201) then
 //!   `POST /multilocks/release` (200) of a set of [`SET_SIZE`] names: one
 //!   script over the set's eight locks each;
+//! - **baseline**: the `/locks` pair on another build of the service,
+//!   given as `LATCHKEY_BENCH_BASELINE` (e.g. the previous main's release
+//!   binary), started like this one, on its core and its Redis: an A/B in
+//!   one run, so both builds see the same noise;
 //! - **plain**: the pair on `/locks` (one Redis, one script each).
 
 use std::collections::BTreeMap;
@@ -28,6 +32,7 @@ pub const SET_SIZE: usize = 8;
 pub enum Kind {
     RedLock,
     MultiLock,
+    Baseline,
 }
 
 impl Kind {
@@ -35,6 +40,7 @@ impl Kind {
         match self {
             Kind::RedLock => format!("RedLock ({NODES} nodes)"),
             Kind::MultiLock => format!("multi-lock of {SET_SIZE} names"),
+            Kind::Baseline => "baseline build (`LATCHKEY_BENCH_BASELINE`)".to_string(),
         }
     }
 
@@ -46,6 +52,7 @@ impl Kind {
                  one PUBLISH on the main Redis"
             }
             Kind::MultiLock => "a pair is one script over the set's locks for each step",
+            Kind::Baseline => "the same plain-lock pairs, sent to the other build",
         }
     }
 
@@ -53,6 +60,10 @@ impl Kind {
         match self {
             Kind::RedLock => t.http_pairs(c, "/redlocks", "acquire"),
             Kind::MultiLock => t.multi_pairs(c, SET_SIZE),
+            Kind::Baseline => match &t.baseline {
+                Some(base) => t.http_pairs_on(base, c, "/locks", "acquire"),
+                None => Vec::new(),
+            },
         }
     }
 }

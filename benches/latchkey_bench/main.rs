@@ -12,7 +12,9 @@
 //! on a plain and on a fair lock ([`handoff`]), a latch's fan-out to 100
 //! waiters on two service instances ([`fanout`]), memory per parked waiter
 //! ([`parked`]), and RedLock pairs over three nodes and multi-lock pairs
-//! next to plain-lock pairs ([`alongside`]), each figure the median of
+//! next to plain-lock pairs ([`alongside`]) — and, given another build as
+//! `LATCHKEY_BENCH_BASELINE`, that build's plain-lock pairs next to this
+//! one's — each figure the median of
 //! interleaved rounds, and prints
 //! one markdown table ([`report`]). Any failed request or check makes it
 //! exit non-zero (after printing), so a broken service cannot produce a
@@ -33,6 +35,7 @@ mod stats;
 mod tasks;
 mod throughput;
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -53,6 +56,10 @@ const _: () = {
 };
 /// Waiter counts of the handoff runs.
 const WAITERS: [usize; 2] = [8, 64];
+
+/// The path of another build of the service to compare with this one
+/// (plain-lock pairs at c=16 and c=64, in interleaved rounds).
+const BASELINE: &str = "LATCHKEY_BENCH_BASELINE";
 /// Waiters of a latch fan-out (spread over two service instances).
 const FANOUT_WAITERS: usize = 100;
 
@@ -181,6 +188,9 @@ struct Children {
     bare_url: String,
     /// The RedLock nodes the service uses (kept alive with it).
     redlock_nodes: Vec<procs::Child>,
+    /// Another build compared with this one (`LATCHKEY_BENCH_BASELINE`),
+    /// on the same core and Redis.
+    baseline: Option<procs::Service>,
 }
 
 /// Starts the children, runs every phase, and stops everything.
@@ -203,6 +213,16 @@ fn run(
     let service = procs::start_service_with(cpu, &redis_url, None, std::slice::from_ref(&nodes))?;
     let second = procs::start_service_with(cpu, &redis_url, None, &[nodes])?;
     let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
+    let baseline = match std::env::var_os(BASELINE) {
+        Some(path) => Some(procs::start_build(
+            cpu,
+            Path::new(&path),
+            &redis_url,
+            None,
+            &[],
+        )?),
+        None => None,
+    };
     let children = Children {
         redis,
         redis_url,
@@ -211,6 +231,7 @@ fn run(
         bare,
         bare_url,
         redlock_nodes,
+        baseline,
     };
     // Its worker threads inherit this thread's core (the load generator's).
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
@@ -235,6 +256,7 @@ async fn phases(
     let client = client::build()?;
     let targets = throughput::Targets {
         latchkey: children.service.base.clone(),
+        baseline: children.baseline.as_ref().map(|b| b.base.clone()),
         bare: children.bare_url.clone(),
         direct: Redis::connect(&children.redis_url).await?.conn(),
         admin: admin.clone(),
@@ -246,9 +268,15 @@ async fn phases(
             .push(throughput::measure(&targets, c, settings.rounds, settings.throughput).await);
     }
     let mut alongside = Vec::new();
+    let (rounds, timing) = (settings.rounds, settings.throughput);
     for kind in [alongside::Kind::RedLock, alongside::Kind::MultiLock] {
-        let (rounds, timing) = (settings.rounds, settings.throughput);
         alongside.push(alongside::measure(&targets, kind, 16, rounds, timing).await);
+    }
+    if targets.baseline.is_some() {
+        for c in [16, 64] {
+            let kind = alongside::Kind::Baseline;
+            alongside.push(alongside::measure(&targets, kind, c, rounds, timing).await);
+        }
     }
     let base = &children.service.base;
     let handoff = handoff::measure(

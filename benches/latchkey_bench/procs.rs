@@ -169,7 +169,18 @@ pub fn start_service_with(
     let binary = std::env::var_os("LATCHKEY_BENCH_BINARY")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_latchkey")));
-    let mut command = command(cpu, &binary, &[]);
+    start_build(cpu, &binary, redis_url, limits, settings)
+}
+
+/// [`start_service_with`] for the build at `binary`.
+pub fn start_build(
+    cpu: Option<usize>,
+    binary: &Path,
+    redis_url: &str,
+    limits: Option<(usize, u64)>,
+    settings: &[(&str, String)],
+) -> Result<Service, String> {
+    let mut command = command(cpu, binary, &[]);
     // Only the settings below: nothing from the caller's environment.
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("LATCHKEY_")) {
         command.env_remove(key);

@@ -245,6 +245,8 @@ impl Op for DirectPair {
 /// Everything a throughput round needs.
 pub struct Targets {
     pub latchkey: String,
+    /// Another build of the service, when one is compared (`LATCHKEY_BENCH_BASELINE`).
+    pub baseline: Option<String>,
     pub bare: String,
     /// The direct floor's one connection.
     pub direct: MultiplexedConnection,
@@ -307,7 +309,12 @@ const SEMAPHORES: &str = "/semaphores";
 impl Targets {
     /// Acquire+release pairs on `route`, each worker on its own name.
     pub fn http_pairs(&self, c: usize, route: &str, acquire: &str) -> Vec<HttpPair> {
-        let base: Arc<str> = self.latchkey.as_str().into();
+        self.http_pairs_on(&self.latchkey, c, route, acquire)
+    }
+
+    /// [`Targets::http_pairs`] on the service at `base`.
+    pub fn http_pairs_on(&self, base: &str, c: usize, route: &str, acquire: &str) -> Vec<HttpPair> {
+        let base: Arc<str> = base.into();
         let tag = route.trim_start_matches('/');
         (0..c)
             .map(|i| {
