@@ -114,21 +114,14 @@ impl Application {
     pub async fn run(self) -> std::io::Result<()> {
         let token = self.state.shutdown.clone();
         let grace = Duration::from_millis(self.state.config.shutdown_grace_ms);
-        // `into_make_service`: each connection gets a clone of the router
-        // (an `Arc`). Serving the `Router` itself would rebuild its whole
-        // route table for every connection (axum's per-connection
-        // `with_state(())`): about 1.6 KiB per route for every open
-        // connection, parked long-polls included.
-        let server = axum::serve(self.listener, self.router.into_make_service())
-            .with_graceful_shutdown(token.clone().cancelled_owned());
-        let mut server = tokio::spawn(async move { server.await });
+        let mut server = tokio::spawn(serve(self.listener, self.router, token.clone()));
         tokio::select! {
-            result = &mut server => return result.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            result = &mut server => return result.map_err(std::io::Error::other),
             _ = token.cancelled() => {}
         }
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
         match tokio::time::timeout(grace, &mut server).await {
-            Ok(result) => result.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            Ok(result) => result.map_err(std::io::Error::other),
             Err(_) => {
                 tracing::warn!("shutdown grace period ended with connections still open");
                 server.abort();
@@ -136,6 +129,67 @@ impl Application {
             }
         }
     }
+}
+
+/// Serves HTTP/1.1 connections until `token` is cancelled, then asks every
+/// connection to finish the request it is answering and close, and returns
+/// once all of them have.
+///
+/// This drives hyper's HTTP/1 connections itself rather than through
+/// `axum::serve`, which first reads a few bytes of each connection to tell
+/// HTTP/1 from HTTP/2 (this build serves HTTP/1 only) and hands them back:
+/// hyper's read buffer, then 24 bytes short of its 8 KiB, doubled to 16 KiB
+/// on its next read, for every open connection, parked long-polls included.
+/// Connections also get TCP_NODELAY, so that an SSE event is sent at once
+/// rather than held back for the client's acknowledgement of the previous
+/// one.
+///
+/// Each connection serves a clone of the router (an `Arc`): serving a
+/// `Router` through `axum::serve` rebuilt its whole route table for every
+/// connection (axum's per-connection `with_state(())`), about 1.6 KiB per
+/// route.
+async fn serve(listener: TcpListener, router: Router, token: CancellationToken) {
+    // Every connection task holds a sender; the receiver sees the channel
+    // close once the last of them has finished.
+    let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+    let http = hyper::server::conn::http1::Builder::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = token.cancelled() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // E.g. out of file descriptors: the listener itself is
+                // fine, so wait a little (while connections close) and go on.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                    () = token.cancelled() => break,
+                }
+            }
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let (token, open) = (token.clone(), open.clone());
+        tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = token.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(open);
+        });
+    }
+    drop(open);
+    let _ = all_closed.recv().await;
 }
 
 /// Process entry: starts dev-mode Redis servers when no Redis URL is
