@@ -443,5 +443,5 @@ pub async fn wait(
         name: path.name,
     };
     let timing = Timing { arrived, wait_ms };
-    longpoll::respond(&state, &headers, timing, acquisition).await
+    longpoll::respond(&state, headers, timing, acquisition).await
 }

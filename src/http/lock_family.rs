@@ -339,7 +339,7 @@ pub async fn acquire(
     state: &AppState,
     locks: &Locks,
     name: String,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
     let checked = Checked::new(state, name, body)?;
@@ -558,7 +558,7 @@ macro_rules! lock_routes {
             headers: HeaderMap,
             ApiJson(body): ApiJson<AcquireRequest>,
         ) -> Result<Response, ApiError> {
-            family::acquire(&state, &state.$field, path.name, &headers, body).await
+            family::acquire(&state, &state.$field, path.name, headers, body).await
         }
 
         $crate::http::lock_family::hold_routes! {

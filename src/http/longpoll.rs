@@ -183,11 +183,15 @@ type Made<G> = (AttemptId, G);
 /// stream until `wait_ms` after arrival.
 pub async fn respond<A: Acquisition>(
     state: &AppState,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     Timing { arrived, wait_ms }: Timing,
     acquisition: A,
 ) -> Result<Response, ApiError> {
-    let sse = wants_sse(headers);
+    let sse = wants_sse(&headers);
+    // The request's header values share hyper's read buffer: holding them
+    // through a wait kept that buffer alive, and hyper took a second one to
+    // watch the idle connection (8 KiB more per parked request).
+    drop(headers);
     let (engine, metrics) = (&state.engine, &state.metrics);
     let primitive = acquisition.primitive();
     let words = acquisition.vocabulary();

@@ -300,7 +300,7 @@ pub async fn acquire(
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(&state, &headers, timing, acquisition).await
+    longpoll::respond(&state, headers, timing, acquisition).await
 }
 
 /// Renew the holder's lease on every lock of the set (or on none).

@@ -235,7 +235,7 @@ pub async fn acquire(
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(&state, &headers, timing, acquisition).await
+    longpoll::respond(&state, headers, timing, acquisition).await
 }
 
 /// Renew the hold on every node.

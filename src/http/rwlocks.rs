@@ -193,7 +193,7 @@ async fn acquire(
     state: AppState,
     name: String,
     mode: Mode,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
     let checked = Checked::new(&state, name, body)?;
@@ -238,7 +238,7 @@ pub async fn acquire_read(
     headers: HeaderMap,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> Result<Response, ApiError> {
-    acquire(state, path.name, Mode::Read, &headers, body).await
+    acquire(state, path.name, Mode::Read, headers, body).await
 }
 
 /// Acquire the write hold (exclusive).
@@ -269,7 +269,7 @@ pub async fn acquire_write(
     headers: HeaderMap,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> Result<Response, ApiError> {
-    acquire(state, path.name, Mode::Write, &headers, body).await
+    acquire(state, path.name, Mode::Write, headers, body).await
 }
 
 impl HoldApi for RwLocks {

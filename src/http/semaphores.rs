@@ -303,7 +303,7 @@ pub async fn acquire(
         permits,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(&state, &headers, timing, acquisition).await
+    longpoll::respond(&state, headers, timing, acquisition).await
 }
 
 impl HoldApi for Semaphores {
