@@ -219,10 +219,10 @@ pub fn run(mut config: Config) -> Result<(), String> {
     // (tokio's "LIFO slot"). With the slot, each request's Redis call woke
     // the connection's writer task at once, so it wrote one command per
     // syscall; without it the writer runs after the other ready requests
-    // and sends their commands together. Measured: about 1.5x the
-    // acquire+release pairs per second at 16 and 64 connections on one core
-    // (README, benchmark section). The setting is in tokio's unstable API,
-    // enabled by `.cargo/config.toml`.
+    // and sends their commands together: 1.1-1.3x the acquire+release pairs
+    // per second at 16 and 64 connections on one core (README, benchmark
+    // section). The setting is in tokio's unstable API, enabled by
+    // `.cargo/config.toml`.
     #[cfg(tokio_unstable)]
     builder.disable_lifo_slot();
     let runtime = builder
