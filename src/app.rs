@@ -140,9 +140,8 @@ impl Application {
 /// HTTP/1 from HTTP/2 (this build serves HTTP/1 only) and hands them back:
 /// hyper's read buffer, then 24 bytes short of its 8 KiB, doubled to 16 KiB
 /// on its next read, for every open connection, parked long-polls included.
-/// Connections also get TCP_NODELAY, so that an SSE event is sent at once
-/// rather than held back for the client's acknowledgement of the previous
-/// one.
+/// Connections also get TCP_NODELAY, so that Nagle's algorithm cannot hold
+/// back a small write (an SSE event) while an earlier one is unacknowledged.
 ///
 /// Each connection serves a clone of the router (an `Arc`): serving a
 /// `Router` through `axum::serve` rebuilt its whole route table for every
