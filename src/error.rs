@@ -283,6 +283,30 @@ impl ApiError {
         .retry_after(1)
     }
 
+    /// 503 `backend-unavailable` naming the condition Redis is in.
+    pub fn backend(condition: Condition) -> Self {
+        ApiError::backend_unavailable(format!("{}; retry shortly", condition.describe()))
+    }
+
+    /// 404 `not-found`: an object that must be configured first is not
+    /// (never configured, or deleted while the request waited or before).
+    pub fn no_such_object() -> Self {
+        ApiError::not_found(
+            "no such object: it was never configured, or it was deleted (while this request \
+             waited, or before)",
+        )
+    }
+
+    /// 409 `upgrade-would-deadlock`: a reader among others asked to write.
+    pub fn upgrade_would_deadlock() -> Self {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            ProblemType::UpgradeWouldDeadlock,
+            "this holder reads the rwlock together with other readers; a write would wait for \
+             itself. Release the read hold first, then acquire the write lock",
+        )
+    }
+
     /// 503 `quorum-unavailable`: too few RedLock nodes answered in time
     /// (`detail` says how many).
     pub fn quorum_unavailable(detail: impl Into<String>) -> Self {
@@ -357,7 +381,7 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Unavailable { condition, detail } => {
                 tracing::warn!(error = %detail, "redis unavailable: {}", condition.describe());
-                ApiError::backend_unavailable(format!("{}; retry shortly", condition.describe()))
+                ApiError::backend(condition)
             }
             StoreError::ReplicasLagging { acked, wanted } => {
                 tracing::warn!(acked, wanted, "write not acknowledged by enough replicas");
@@ -382,16 +406,8 @@ impl From<WaitError> for ApiError {
             WaitError::ShuttingDown => ApiError::shutting_down(),
             WaitError::TooManyWaiters { limit } => ApiError::too_many_waiters(limit),
             WaitError::Backend(e) => e.into(),
-            WaitError::Refused(Refusal::UpgradeWouldDeadlock) => ApiError::new(
-                StatusCode::CONFLICT,
-                ProblemType::UpgradeWouldDeadlock,
-                "this holder reads the rwlock together with other readers; a write would wait \
-                 for itself. Release the read hold first, then acquire the write lock",
-            ),
-            WaitError::Refused(Refusal::NotFound) => ApiError::not_found(
-                "no such object: it was never configured, or it was deleted (while this \
-                 request waited, or before)",
-            ),
+            WaitError::Refused(Refusal::UpgradeWouldDeadlock) => ApiError::upgrade_would_deadlock(),
+            WaitError::Refused(Refusal::NotFound) => ApiError::no_such_object(),
             WaitError::Refused(Refusal::MoreThan(permits)) => ApiError::out_of_range(format!(
                 "permits must be at most the semaphore's {permits} permits; a request for \
                  more could never be granted"

@@ -4,6 +4,7 @@
 
 super::lock_family::lock_routes! {
     field: fair_locks,
+    resource: "fair_lock",
     tag: "fair-locks",
     acquire: "/fair-locks/{name}/acquire",
     heartbeat: "/fair-locks/{name}/holders/{holder}/heartbeat",
@@ -12,5 +13,6 @@ super::lock_family::lock_routes! {
     conflict: "Held by another holder or others are queued ahead (`lock-held`), with `position` \
         (waiters ahead), `retry_after_ms` and `Retry-After`. Poll again with the same `holder` \
         within the queue grace (default 5 s) to keep the place.",
+    conflict_example: fair_lock_held,
     stream_example: "event: waiting\ndata: {\"retry_after_ms\":2500,\"position\":2}\n\nevent: waiting\ndata: {\"retry_after_ms\":2500,\"position\":1}\n\nevent: acquired\ndata: {\"name\":\"orders\",\"holder\":\"worker-1\",\"fencing_token\":43,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n",
 }

@@ -19,18 +19,22 @@ pub struct Health {
 }
 
 /// Liveness: 200 whenever the process is serving.
-#[utoipa::path(get, path = "/healthz", tag = TAG,
+#[utoipa::path(get, path = "/healthz", operation_id = "get_healthz", tag = TAG,
     responses((status = 200, description = "Alive", body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
 /// Readiness: 200 when Redis answers and the scripts are loaded.
-#[utoipa::path(get, path = "/readyz", tag = TAG,
+#[utoipa::path(get, path = "/readyz", operation_id = "get_readyz", tag = TAG,
     responses(
         (status = 200, description = "Ready", body = Health),
         (status = 503, description = "Redis unreachable, scripts not loaded, or shutting down",
-            body = Problem, content_type = "application/problem+json"),
+            body = Problem, content_type = "application/problem+json",
+            examples(
+                ("backend-unavailable" = (value = json!(crate::http::responses::examples::backend_unavailable()))),
+                ("shutting-down" = (value = json!(crate::http::responses::examples::shutting_down()))),
+            )),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     if state.shutdown.is_cancelled() {
@@ -41,7 +45,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
 }
 
 /// Prometheus metrics (text exposition format).
-#[utoipa::path(get, path = "/metrics", tag = TAG,
+#[utoipa::path(get, path = "/metrics", operation_id = "get_metrics", tag = TAG,
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut response = state.metrics.render().into_response();

@@ -21,7 +21,7 @@ use crate::error::{ApiError, Problem, ProblemType};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery, Millis, check_name, wait_from};
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, NotGranted, Timing, Vocabulary};
-use crate::http::responses::{NameErrors, WaitErrors};
+use crate::http::responses::{BodyErrors, NameErrors, WaitErrors, examples};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::wait::WaitMode;
@@ -248,6 +248,18 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
 
 const SSE_EXAMPLE: &str = "event: count\ndata: {\"count\":2,\"open\":false}\n\nevent: count\ndata: {\"count\":1,\"open\":false}\n\nevent: open\ndata: {\"count\":0,\"open\":true}\n\n";
 
+/// 409 `latch-exists`: the latch is closed with `count`.
+pub fn latch_exists(count: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        ProblemType::LatchExists,
+        format!(
+            "the latch is closed with count {count}; it can be set again once it opens (counted \
+             down to 0, deleted, or its ttl_ms passed)"
+        ),
+    )
+}
+
 /// Set a latch's count (close it).
 ///
 /// Succeeds when the latch is open (never set, counted down to 0, deleted
@@ -256,15 +268,15 @@ const SSE_EXAMPLE: &str = "event: count\ndata: {\"count\":2,\"open\":false}\n\ne
 #[utoipa::path(
     put,
     path = "/latches/{name}",
+    operation_id = "set_latch",
     tag = TAG,
     params(NamePath),
     request_body(content = SetRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Set: the latch is closed with this count", body = LatchStatus),
-        (status = 400, description = "Invalid name or body (`count` missing), or `count`/`ttl_ms` out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The latch is closed (`latch-exists`); the detail gives its count", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The latch is closed (`latch-exists`); the detail gives its count", body = Problem, content_type = "application/problem+json",
+            examples(("latch-exists" = (value = json!(examples::latch_exists()))))),
+        BodyErrors,
     )
 )]
 pub async fn set(
@@ -290,14 +302,7 @@ pub async fn set(
             };
             Ok((StatusCode::CREATED, Json(body)).into_response())
         }
-        Err(count) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            ProblemType::LatchExists,
-            format!(
-                "the latch is closed with count {count}; it can be set again once it opens \
-                 (counted down to 0, deleted, or its ttl_ms passed)"
-            ),
-        )),
+        Err(count) => Err(latch_exists(count)),
     }
 }
 
@@ -311,6 +316,7 @@ pub async fn set(
 #[utoipa::path(
     post,
     path = "/latches/{name}/count-down",
+    operation_id = "count_down_latch",
     tag = TAG,
     params(
         NamePath,
@@ -325,10 +331,9 @@ pub async fn set(
     request_body(content = Option<CountDownRequest>, content_type = "application/json"),
     responses(
         (status = 200, description = "Counted down (or replayed): what is left, and whether it opened", body = LatchCount),
-        (status = 400, description = "Invalid name, body or Idempotency-Key, or `by` out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such latch (`not-found`): never set, already opened, expired or deleted", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Redis unavailable", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such latch (`not-found`): never set, already opened, expired or deleted", body = Problem, content_type = "application/problem+json",
+            examples(("not-found" = (value = json!(examples::not_found()))))),
+        BodyErrors,
     )
 )]
 pub async fn count_down(
@@ -358,6 +363,7 @@ pub async fn count_down(
 #[utoipa::path(
     get,
     path = "/latches/{name}",
+    operation_id = "get_latch",
     tag = TAG,
     params(NamePath),
     responses(
@@ -382,6 +388,7 @@ pub async fn state(
 #[utoipa::path(
     delete,
     path = "/latches/{name}",
+    operation_id = "delete_latch",
     tag = TAG,
     params(NamePath),
     responses(
@@ -408,6 +415,7 @@ pub async fn delete(
 #[utoipa::path(
     get,
     path = "/latches/{name}/wait",
+    operation_id = "wait_latch",
     tag = TAG,
     params(NamePath, WaitQuery),
     responses(

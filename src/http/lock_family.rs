@@ -308,15 +308,7 @@ impl Acquisition for LockAcquisition {
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        let mut problem = ApiError::lock_held(blocked.retry_after_ms);
-        if let Some(position) = blocked.position {
-            problem.problem.detail = format!(
-                "the lock is held, or waiters are queued ahead: {position} ahead of this holder; \
-                 poll again with the same holder within the queue grace to keep the place"
-            );
-            problem.problem.position = Some(position);
-        }
-        problem
+        lock_held(blocked)
     }
 
     fn grant_json(&self, grant: &LockGrant) -> Value {
@@ -332,6 +324,20 @@ impl Acquisition for LockAcquisition {
         );
         created(&location, self.grant_json(&grant))
     }
+}
+
+/// 409 `lock-held` of a lock of either kind: the hint, and on fair locks
+/// the waiter's position.
+pub fn lock_held(blocked: Blocked) -> ApiError {
+    let mut problem = ApiError::lock_held(blocked.retry_after_ms);
+    if let Some(position) = blocked.position {
+        problem.problem.detail = format!(
+            "the lock is held, or waiters are queued ahead: {position} ahead of this holder; poll \
+             again with the same holder within the queue grace to keep the place"
+        );
+        problem.problem.position = Some(position);
+    }
+    problem
 }
 
 /// `POST …/{name}/acquire`.
@@ -509,12 +515,14 @@ pub async fn force_unlock<H: HoldApi>(
 macro_rules! lock_routes {
     (
         field: $field:ident,
+        resource: $resource:literal,
         tag: $tag:tt,
         acquire: $acquire:tt,
         heartbeat: $heartbeat:tt,
         holder: $holder:tt,
         object: $object:tt,
         conflict: $conflict:tt,
+        conflict_example: $conflict_example:ident,
         stream_example: $stream:tt $(,)?
     ) => {
         use axum::http::HeaderMap;
@@ -523,7 +531,7 @@ macro_rules! lock_routes {
         use $crate::http::lock_family::{
             AcquireRequest, ForceUnlock, Grant, LockStatus, Release, ReleaseQuery,
         };
-        use $crate::http::responses::AcquireErrors;
+        use $crate::http::responses::{AcquireErrors, examples};
 
         /// Acquire (or re-enter as its holder).
         ///
@@ -533,6 +541,7 @@ macro_rules! lock_routes {
         #[utoipa::path(
             post,
             path = $acquire,
+            operation_id = concat!("acquire_", $resource),
             tag = $tag,
             params(NamePath),
             request_body(content = Option<AcquireRequest>, content_type = "application/json"),
@@ -548,7 +557,8 @@ macro_rules! lock_routes {
                         (String = "text/event-stream", example = $stream),
                     ),
                     headers(("Location" = String, description = "…/{name}/holders/{holder}"))),
-                (status = 409, description = $conflict, body = Problem, content_type = "application/problem+json"),
+                (status = 409, description = $conflict, body = Problem, content_type = "application/problem+json",
+                    examples(("lock-held" = (value = json!(examples::$conflict_example()))))),
                 AcquireErrors,
             )
         )]
@@ -563,6 +573,7 @@ macro_rules! lock_routes {
 
         $crate::http::lock_family::hold_routes! {
             field: $field,
+            resource: $resource,
             tag: $tag,
             heartbeat: $heartbeat,
             holder: $holder,
@@ -574,6 +585,7 @@ macro_rules! lock_routes {
             status_errors: NameErrors,
             removed: ForceUnlock,
             remove: "Force unlock: remove every hold, whoever holds it, and wake waiters.",
+            remove_action: "force_unlock_",
             removed_description: "Unlocked (`released` is false if it was free)",
         }
     };
@@ -587,6 +599,7 @@ pub(crate) use lock_routes;
 macro_rules! hold_routes {
     (
         field: $field:ident,
+        resource: $resource:literal,
         tag: $tag:tt,
         heartbeat: $heartbeat:tt,
         holder: $holder:tt,
@@ -598,6 +611,7 @@ macro_rules! hold_routes {
         status_errors: $status_errors:ty,
         removed: $removed:ty,
         remove: $remove:literal,
+        remove_action: $remove_action:literal,
         removed_description: $removed_description:literal $(,)?
     ) => {
         use axum::Json;
@@ -613,6 +627,7 @@ macro_rules! hold_routes {
         #[utoipa::path(
             post,
             path = $heartbeat,
+            operation_id = concat!("heartbeat_", $resource),
             tag = $tag,
             params(HolderPath),
             request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
@@ -633,6 +648,7 @@ macro_rules! hold_routes {
         #[utoipa::path(
             delete,
             path = $holder,
+            operation_id = concat!("release_", $resource),
             tag = $tag,
             params(HolderPath, $query),
             responses(
@@ -652,6 +668,7 @@ macro_rules! hold_routes {
         #[utoipa::path(
             get,
             path = $object,
+            operation_id = concat!("get_", $resource),
             tag = $tag,
             params(NamePath),
             responses(
@@ -670,6 +687,7 @@ macro_rules! hold_routes {
         #[utoipa::path(
             delete,
             path = $object,
+            operation_id = concat!($remove_action, $resource),
             tag = $tag,
             params(NamePath),
             responses(

@@ -20,7 +20,7 @@ use crate::error::{ApiError, Problem};
 use crate::http::extract::{ApiJson, Millis, check_holder, check_name, renewal_lease};
 use crate::http::lock_family::{AcquireRequest, Checked};
 use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{AcquireErrors, HoldErrors};
+use crate::http::responses::{AcquireErrors, SetHoldErrors, examples};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::wait::WaitMode;
@@ -231,12 +231,10 @@ impl Acquisition for MultiAcquisition {
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        let mut problem = ApiError::lock_held(blocked.retry_after_ms);
-        problem.problem.detail =
-            "some locks of the set are held by other holders (see blocked_by); nothing was taken"
-                .into();
-        problem.problem.blocked_by = Some(from_bits(&self.names, blocked.blocked_by.unwrap_or(0)));
-        problem
+        set_held(
+            from_bits(&self.names, blocked.blocked_by.unwrap_or(0)),
+            blocked.retry_after_ms,
+        )
     }
 
     fn waiting(&self, blocked: Blocked) -> Value {
@@ -255,6 +253,16 @@ impl Acquisition for MultiAcquisition {
     }
 }
 
+/// 409 `lock-held` of a set: which of its locks are held by others.
+pub fn set_held(blocked_by: Vec<String>, retry_after_ms: u64) -> ApiError {
+    let mut problem = ApiError::lock_held(retry_after_ms);
+    problem.problem.detail =
+        "some locks of the set are held by other holders (see blocked_by); nothing was taken"
+            .into();
+    problem.problem.blocked_by = Some(blocked_by);
+    problem
+}
+
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"blocked_by\":[\"orders\"]}\n\nevent: acquired\ndata: {\"holder\":\"worker-1\",\"locks\":[{\"name\":\"orders\",\"fencing_token\":43,\"hold_count\":1},{\"name\":\"invoices\",\"fencing_token\":7,\"hold_count\":1}],\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n";
 
 /// Acquire a set of locks, all or nothing.
@@ -266,6 +274,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"bloc
 #[utoipa::path(
     post,
     path = "/multilocks/acquire",
+    operation_id = "acquire_multilock",
     tag = "multilocks",
     request_body(content = MultiAcquireRequest, content_type = "application/json"),
     responses(
@@ -275,7 +284,8 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"bloc
             content((MultiGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE)))),
         (status = 409, description = "Some locks are held by others (`lock-held`): `blocked_by` names them, \
             `retry_after_ms` is the longest of their remaining leases; nothing was taken",
-            body = Problem, content_type = "application/problem+json"),
+            body = Problem, content_type = "application/problem+json",
+            examples(("lock-held" = (value = json!(examples::set_held()))))),
         AcquireErrors,
     )
 )]
@@ -307,11 +317,12 @@ pub async fn acquire(
 #[utoipa::path(
     post,
     path = "/multilocks/heartbeat",
+    operation_id = "heartbeat_multilock",
     tag = "multilocks",
     request_body(content = MultiHeartbeatRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Renewed", body = MultiGrant),
-        HoldErrors,
+        SetHoldErrors,
     )
 )]
 pub async fn heartbeat(
@@ -335,11 +346,12 @@ pub async fn heartbeat(
 #[utoipa::path(
     post,
     path = "/multilocks/release",
+    operation_id = "release_multilock",
     tag = "multilocks",
     request_body(content = MultiReleaseRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Released", body = MultiReleased),
-        HoldErrors,
+        SetHoldErrors,
     )
 )]
 pub async fn release(

@@ -25,7 +25,7 @@ use crate::http::lock_family::{
     AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath, created,
 };
 use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{AcquireErrors, HoldErrors};
+use crate::http::responses::{QuorumAcquireErrors, QuorumHoldErrors, examples};
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -177,10 +177,7 @@ impl Acquisition for RedlockAcquisition {
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        let mut problem = ApiError::lock_held(blocked.retry_after_ms);
-        problem.problem.detail =
-            "the lock is held by another holder on enough nodes that no quorum is free".into();
-        problem
+        held_on_quorum(blocked.retry_after_ms)
     }
 
     fn grant_json(&self, grant: &RedGrant) -> Value {
@@ -191,6 +188,14 @@ impl Acquisition for RedlockAcquisition {
         let location = format!("/redlocks/{}/holders/{}", self.name, self.holder);
         created(&location, self.grant_json(&grant))
     }
+}
+
+/// 409 `lock-held` of a RedLock: no quorum of the nodes is free.
+pub fn held_on_quorum(retry_after_ms: u64) -> ApiError {
+    let mut problem = ApiError::lock_held(retry_after_ms);
+    problem.problem.detail =
+        "the lock is held by another holder on enough nodes that no quorum is free".into();
+    problem
 }
 
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"nightly-report\",\"holder\":\"worker-1\",\"fencing_token\":13,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":29696,\"heartbeat_interval_ms\":10000,\"validity_ms\":29696,\"nodes\":{\"acquired\":3,\"total\":3}}\n\n";
@@ -205,6 +210,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
 #[utoipa::path(
     post,
     path = "/redlocks/{name}/acquire",
+    operation_id = "acquire_redlock",
     tag = TAG,
     params(NamePath),
     request_body(content = Option<AcquireRequest>, content_type = "application/json"),
@@ -216,8 +222,9 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
             headers(("Location" = String, description = "/redlocks/{name}/holders/{holder}"))),
         (status = 409, description = "Held by another holder on enough nodes that no quorum is free \
             (`lock-held`), with `retry_after_ms`: when enough of those holds end for a quorum",
-            body = Problem, content_type = "application/problem+json"),
-        AcquireErrors,
+            body = Problem, content_type = "application/problem+json",
+            examples(("lock-held" = (value = json!(examples::held_on_quorum()))))),
+        QuorumAcquireErrors,
     )
 )]
 pub async fn acquire(
@@ -245,12 +252,13 @@ pub async fn acquire(
 #[utoipa::path(
     post,
     path = "/redlocks/{name}/holders/{holder}/heartbeat",
+    operation_id = "heartbeat_redlock",
     tag = TAG,
     params(HolderPath),
     request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
     responses(
         (status = 200, description = "Renewed on a quorum", body = RedlockGrant),
-        HoldErrors,
+        QuorumHoldErrors,
     )
 )]
 pub async fn heartbeat(
@@ -274,11 +282,12 @@ pub async fn heartbeat(
 #[utoipa::path(
     delete,
     path = "/redlocks/{name}/holders/{holder}",
+    operation_id = "release_redlock",
     tag = TAG,
     params(HolderPath),
     responses(
         (status = 200, description = "Released", body = RedlockRelease),
-        HoldErrors,
+        QuorumHoldErrors,
     )
 )]
 pub async fn release(
@@ -302,12 +311,15 @@ pub async fn release(
 #[utoipa::path(
     get,
     path = "/redlocks/{name}",
+    operation_id = "get_redlock",
     tag = TAG,
     params(NamePath),
     responses(
         (status = 200, description = "The state on every node", body = RedlockStatus),
-        (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "No RedLock nodes configured (`redlock-not-configured`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Invalid name", body = Problem, content_type = "application/problem+json",
+            examples(("invalid-name" = (value = json!(examples::invalid_name()))))),
+        (status = 503, description = "No RedLock nodes configured (`redlock-not-configured`)", body = Problem, content_type = "application/problem+json",
+            examples(("redlock-not-configured" = (value = json!(examples::redlock_not_configured()))))),
     )
 )]
 pub async fn state(

@@ -14,7 +14,7 @@ use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::AcquireErrors;
+use crate::http::responses::{AcquireErrors, examples};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
 
@@ -219,6 +219,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
 #[utoipa::path(
     post,
     path = "/rwlocks/{name}/read/acquire",
+    operation_id = "acquire_rwlock_read",
     tag = TAG,
     params(NamePath),
     request_body(content = Option<AcquireRequest>, content_type = "application/json"),
@@ -228,7 +229,8 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
             `acquired`, `timeout` or `error`.",
             content((RwGrantBody = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/rwlocks/{name}/holders/{holder}"))),
-        (status = 409, description = "A writer holds the rwlock or is queued ahead (`lock-held`), with `retry_after_ms`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A writer holds the rwlock or is queued ahead (`lock-held`), with `retry_after_ms`", body = Problem, content_type = "application/problem+json",
+            examples(("lock-held" = (value = json!(examples::lock_held()))))),
         AcquireErrors,
     )
 )]
@@ -249,6 +251,7 @@ pub async fn acquire_read(
 #[utoipa::path(
     post,
     path = "/rwlocks/{name}/write/acquire",
+    operation_id = "acquire_rwlock_write",
     tag = TAG,
     params(NamePath),
     request_body(content = Option<AcquireRequest>, content_type = "application/json"),
@@ -259,7 +262,8 @@ pub async fn acquire_read(
             content((RwGrantBody = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/rwlocks/{name}/holders/{holder}"))),
         (status = 409, description = "Held by others or others queued ahead (`lock-held`, with `retry_after_ms`), \
-            or this holder reads together with other readers (`upgrade-would-deadlock`)", body = Problem, content_type = "application/problem+json"),
+            or this holder reads together with other readers (`upgrade-would-deadlock`)", body = Problem, content_type = "application/problem+json",
+            examples(("lock-held" = (value = json!(examples::lock_held()))), ("upgrade-would-deadlock" = (value = json!(examples::upgrade_would_deadlock()))))),
         AcquireErrors,
     )
 )]
@@ -332,6 +336,7 @@ impl HoldApi for RwLocks {
 
 super::lock_family::hold_routes! {
     field: rwlocks,
+    resource: "rwlock",
     tag: "rwlocks",
     heartbeat: "/rwlocks/{name}/holders/{holder}/heartbeat",
     holder: "/rwlocks/{name}/holders/{holder}",
@@ -343,5 +348,6 @@ super::lock_family::hold_routes! {
     status_errors: NameErrors,
     removed: ForceUnlock,
     remove: "Force unlock: remove every hold, whoever holds it, and wake waiters.",
+    remove_action: "force_unlock_",
     removed_description: "Unlocked (`released` is false if it was free)",
 }

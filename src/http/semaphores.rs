@@ -16,7 +16,7 @@ use crate::error::ProblemType;
 use crate::http::extract::{Millis, check_name};
 use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors};
+use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors, examples};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
 
@@ -132,7 +132,7 @@ pub struct SemaphoreDeleted {
 
 /// 409 `no-permits`: the hint, the permits available now and the waiters
 /// ahead.
-fn no_permits(blocked: Blocked) -> ApiError {
+pub fn no_permits(blocked: Blocked) -> ApiError {
     let mut problem = ApiError::new(
         StatusCode::CONFLICT,
         ProblemType::NoPermits,
@@ -225,6 +225,7 @@ impl Acquisition for SemAcquisition {
 #[utoipa::path(
     put,
     path = "/semaphores/{name}",
+    operation_id = "configure_semaphore",
     tag = "semaphores",
     params(NamePath),
     request_body(content = SemaphoreConfig, content_type = "application/json"),
@@ -263,6 +264,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"posi
 #[utoipa::path(
     post,
     path = "/semaphores/{name}/acquire",
+    operation_id = "acquire_semaphore",
     tag = "semaphores",
     params(NamePath),
     request_body(content = Option<SemaphoreAcquireRequest>, content_type = "application/json"),
@@ -272,9 +274,11 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"posi
             `position`, `available`), then one of `acquired`, `timeout` or `error`.",
             content((SemaphoreGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/semaphores/{name}/holders/{holder}"))),
-        (status = 404, description = "No such semaphore (`not-found`): never configured, or deleted while waiting", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such semaphore (`not-found`): never configured, or deleted while waiting", body = Problem, content_type = "application/problem+json",
+            examples(("not-found" = (value = json!(examples::not_found()))))),
         (status = 409, description = "Not enough permits, or waiters queued ahead (`no-permits`), with \
-            `available`, `retry_after_ms` and `position`", body = Problem, content_type = "application/problem+json"),
+            `available`, `retry_after_ms` and `position`", body = Problem, content_type = "application/problem+json",
+            examples(("no-permits" = (value = json!(examples::no_permits()))))),
         AcquireErrors,
     )
 )]
@@ -357,6 +361,7 @@ impl HoldApi for Semaphores {
 
 super::lock_family::hold_routes! {
     field: semaphores,
+    resource: "semaphore",
     tag: "semaphores",
     heartbeat: "/semaphores/{name}/holders/{holder}/heartbeat",
     holder: "/semaphores/{name}/holders/{holder}",
@@ -368,5 +373,6 @@ super::lock_family::hold_routes! {
     status_errors: ObjectErrors,
     removed: SemaphoreDeleted,
     remove: "Delete the semaphore: its configuration, every hold and the queue. Open waits end with 404 `not-found`.",
+    remove_action: "delete_",
     removed_description: "Deleted (`deleted` is false if there was no such semaphore)",
 }

@@ -9,6 +9,7 @@ mod latches;
 mod locks;
 mod model;
 mod multilocks;
+mod openapi;
 mod ops;
 mod redlock;
 mod rwlocks;

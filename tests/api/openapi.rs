@@ -1,0 +1,219 @@
+//! The OpenAPI document as Swagger UI and client generators read it:
+//! every operation has its own id, and every documented error response
+//! shows its own problem (status, slug and title), not one shared example.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+fn document() -> Value {
+    serde_json::from_str(&latchkey::openapi_json()).expect("the document is JSON")
+}
+
+/// (method, path, operation) for every operation of the document.
+fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+    let mut all = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("a path item") {
+            all.push((method.clone(), path.clone(), operation.clone()));
+        }
+    }
+    all
+}
+
+/// The resource an operation id must name: the path's first segment in
+/// the singular, in snake case (`/fair-locks/…` → `fair_lock`).
+fn resource(path: &str) -> String {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    let singular = match first {
+        "metrics" => first,
+        _ => first
+            .strip_suffix("es")
+            .filter(|s| s.ends_with("ch"))
+            .or_else(|| first.strip_suffix('s'))
+            .unwrap_or(first),
+    };
+    singular.replace('-', "_")
+}
+
+/// What an operation id may say an operation does to its resource.
+const ACTIONS: [&str; 10] = [
+    "acquire",
+    "heartbeat",
+    "release",
+    "get",
+    "force_unlock",
+    "configure",
+    "delete",
+    "set",
+    "count_down",
+    "wait",
+];
+
+#[test]
+fn every_operation_has_a_unique_id_named_after_its_resource_and_action() {
+    let doc = document();
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (method, path, operation) in operations(&doc) {
+        let id = operation["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has no operationId"))
+            .to_string();
+        assert!(
+            id.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !id.starts_with('_'),
+            "{method} {path}: operationId {id:?} is not snake case"
+        );
+        // `<action>_<resource>`, or `<action>_<resource>_<mode>` for the
+        // two rwlock acquires.
+        let resource = resource(&path);
+        let (action, mode) = id
+            .split_once(&format!("_{resource}"))
+            .unwrap_or_else(|| panic!("{method} {path}: {id:?} does not name {resource:?}"));
+        assert!(
+            ACTIONS.contains(&action) && ["", "_read", "_write"].contains(&mode),
+            "{method} {path}: {id:?} is not <action>_{resource}"
+        );
+        if let Some(other) = seen.insert(id.clone(), format!("{method} {path}")) {
+            panic!("operationId {id:?} is used by {other} and by {method} {path}");
+        }
+    }
+    assert_eq!(seen.len(), 37, "{seen:#?}");
+    assert_eq!(seen["acquire_lock"], "post /locks/{name}/acquire");
+    assert_eq!(seen["acquire_fair_lock"], "post /fair-locks/{name}/acquire");
+    assert_eq!(
+        seen["release_rwlock"],
+        "delete /rwlocks/{name}/holders/{holder}"
+    );
+}
+
+/// Every example of a media type: its single `example`, or each of its
+/// named `examples`.
+fn examples_of(media: &Value) -> Vec<(String, Value)> {
+    let mut found = Vec::new();
+    if let Some(example) = media.get("example") {
+        found.push(("example".to_string(), example.clone()));
+    }
+    if let Some(named) = media.get("examples").and_then(Value::as_object) {
+        for (name, example) in named {
+            found.push((name.clone(), example["value"].clone()));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_error_response_shows_its_own_status_and_a_documented_problem_type() {
+    let doc = document();
+    let documented: BTreeSet<&str> = doc["components"]["schemas"]["ProblemType"]["enum"]
+        .as_array()
+        .expect("ProblemType lists the problem types")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut titles: BTreeMap<String, String> = BTreeMap::new();
+    let mut checked = 0;
+    for (method, path, operation) in operations(&doc) {
+        for (status, response) in operation["responses"].as_object().expect("responses") {
+            let Some(media) = response["content"].get("application/problem+json") else {
+                assert!(
+                    !status.starts_with('4') && !status.starts_with('5'),
+                    "{method} {path} {status}: an error response that is not a problem document"
+                );
+                continue;
+            };
+            let examples = examples_of(media);
+            assert!(
+                !examples.is_empty(),
+                "{method} {path} {status}: no example of its own"
+            );
+            for (name, example) in examples {
+                let at = format!("{method} {path} {status} ({name})");
+                assert_eq!(
+                    example["status"].as_u64().map(|s| s.to_string()).as_deref(),
+                    Some(status.as_str()),
+                    "{at}: {example}"
+                );
+                let type_ = example["type"].as_str().unwrap_or_default().to_string();
+                assert!(
+                    documented.contains(type_.as_str()),
+                    "{at}: {type_:?} is no documented problem type"
+                );
+                if !name.starts_with("example") {
+                    assert_eq!(
+                        format!("/problems/{name}"),
+                        type_,
+                        "{at}: an example is named after its slug"
+                    );
+                }
+                let title = example["title"].as_str().unwrap_or_default().to_string();
+                assert!(!title.is_empty() && example["detail"].is_string(), "{at}");
+                let first = titles.entry(type_.clone()).or_insert(title.clone());
+                assert_eq!(*first, title, "{at}: one title per problem type");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} examples");
+}
+
+/// The slugs an operation documents for one status.
+fn slugs(doc: &Value, method: &str, path: &str, status: &str) -> BTreeSet<String> {
+    let media =
+        &doc["paths"][path][method]["responses"][status]["content"]["application/problem+json"];
+    examples_of(media)
+        .into_iter()
+        .filter_map(|(_, e)| {
+            e["type"]
+                .as_str()
+                .map(|t| t.trim_start_matches("/problems/").to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn each_primitive_documents_the_problems_it_sends() {
+    let doc = document();
+    let set =
+        |slugs: &[&str]| -> BTreeSet<String> { slugs.iter().map(|s| s.to_string()).collect() };
+    assert_eq!(
+        slugs(&doc, "delete", "/locks/{name}/holders/{holder}", "404"),
+        set(&["not-held"])
+    );
+    assert_eq!(
+        slugs(&doc, "post", "/locks/{name}/acquire", "409"),
+        set(&["lock-held"])
+    );
+    assert_eq!(
+        slugs(&doc, "post", "/semaphores/{name}/acquire", "409"),
+        set(&["no-permits"])
+    );
+    assert_eq!(
+        slugs(&doc, "post", "/semaphores/{name}/acquire", "404"),
+        set(&["not-found"])
+    );
+    assert_eq!(
+        slugs(&doc, "put", "/latches/{name}", "409"),
+        set(&["latch-exists"])
+    );
+    assert_eq!(
+        slugs(&doc, "post", "/rwlocks/{name}/write/acquire", "409"),
+        set(&["lock-held", "upgrade-would-deadlock"])
+    );
+    assert_eq!(
+        slugs(&doc, "post", "/redlocks/{name}/acquire", "503"),
+        set(&[
+            "backend-unavailable",
+            "quorum-unavailable",
+            "redlock-not-configured",
+            "shutting-down"
+        ])
+    );
+    assert_eq!(
+        slugs(&doc, "post", "/locks/{name}/acquire", "400"),
+        set(&["invalid-name", "invalid-body", "out-of-range"])
+    );
+    assert_eq!(
+        slugs(&doc, "post", "/locks/{name}/acquire", "429"),
+        set(&["too-many-waiters"])
+    );
+}
