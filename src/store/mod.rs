@@ -1,7 +1,11 @@
 //! The only code that talks to Redis.
 //!
 //! - [`Store`]: shared multiplexed connections with explicit timeouts, the Lua scripts
-//!   (one atomic script per state change), and the key layout.
+//!   (one atomic script per state change), and the key layout. Every call
+//!   has one budget, the response timeout, from its start: getting a
+//!   connection, the script (and its reload after a Redis restart), a
+//!   repeat on a fresh connection and the replicas' acknowledgement all
+//!   fit in it, so a stalled Redis costs a request at most that long.
 //! - [`pubsub::Hub`]: one dedicated subscriber connection per process that
 //!   fans notifications out to in-process waiters.
 //!
@@ -238,8 +242,10 @@ struct Inner {
     metrics: Metrics,
     /// Replicas that must acknowledge each write (`WAIT`), 0 = don't wait.
     min_replicas: u32,
-    /// `WAIT` timeout: half the response timeout, so the WAIT reply itself
-    /// arrives before the connection's response timeout fires.
+    /// The budget of one call, from its start to its answer.
+    response_timeout: Duration,
+    /// `WAIT` timeout: half the response timeout (at most what is left of
+    /// the call's budget), so the WAIT reply itself arrives in time.
     wait_timeout_ms: u64,
     /// Redis Cluster: keys of different names may live on different nodes.
     cluster: bool,
@@ -287,6 +293,7 @@ impl Store {
                 prefix: cfg.prefix.clone(),
                 metrics,
                 min_replicas: cfg.min_replicas,
+                response_timeout: cfg.response_timeout,
                 wait_timeout_ms: (cfg.response_timeout.as_millis() as u64 / 2).max(1),
                 cluster: cfg.mode == RedisMode::Cluster,
             }),
@@ -333,19 +340,55 @@ impl Store {
         format!("{}*", self.inner.prefix)
     }
 
-    async fn conn(&self, dedicated: bool, replacing: Option<&Conn>) -> Result<Conn, StoreError> {
+    /// When a call starting now must have its answer.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.response_timeout
+    }
+
+    /// A connection, by `deadline` (connecting, a Sentinel lookup or a
+    /// Cluster's topology discovery included).
+    async fn conn(
+        &self,
+        deadline: Instant,
+        dedicated: bool,
+        replacing: Option<&Conn>,
+    ) -> Result<Conn, StoreError> {
         // Type-erased: the connection futures (cluster discovery, Sentinel
         // lookups) are deep enough to overflow rustc's trait and layout
         // queries when nested in every handler's future.
         let get: BoxFuture<'_, Result<Conn, String>> =
             Box::pin(self.inner.backend.get(dedicated, replacing));
-        get.await.map_err(|detail| {
+        let Ok(got) = tokio::time::timeout_at(deadline.into(), get).await else {
+            // Connected (the kernel accepts) but unanswered: a stalled server.
+            self.count_error("timeout");
+            return Err(StoreError::Unavailable {
+                condition: Condition::Timeout,
+                detail: "no connection to Redis within the call's budget".into(),
+            });
+        };
+        got.map_err(|detail| {
             self.count_error("pool");
             StoreError::Unavailable {
                 condition: Condition::Unreachable,
                 detail,
             }
         })
+    }
+
+    /// `command` on `conn`, by `deadline`: past it, the command counts as
+    /// timed out (and [`Store::fail`] drops the connection).
+    async fn by<T>(
+        deadline: Instant,
+        command: impl Future<Output = redis::RedisResult<T>>,
+    ) -> redis::RedisResult<T> {
+        tokio::time::timeout_at(deadline.into(), command)
+            .await
+            .unwrap_or_else(|_| {
+                Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer within the call's budget (the response timeout)",
+                )))
+            })
     }
 
     fn count_error(&self, kind: &str) {
@@ -418,35 +461,45 @@ impl Store {
         args: &[impl AsRef<str> + Sync],
         call: Call,
     ) -> Result<T, StoreError> {
+        let deadline = self.deadline();
         let replicated = call != Call::Read && self.inner.min_replicas > 0;
-        let mut conn = self.conn(replicated, None).await?;
-        let mut result = self.invoke(&mut conn, script, keys, args).await;
+        let mut conn = self.conn(deadline, replicated, None).await?;
+        let mut result = Self::by(deadline, self.invoke(&mut conn, script, keys, args)).await;
         if let Err(e) = &result
             && call != Call::Once
+            && !e.is_timeout()
             && (e.is_io_error() || e.is_connection_dropped() || e.code() == Some("READONLY"))
         {
             // Probably a connection that died while idle (Redis restart,
-            // failover, CLIENT KILL): once more on a new one.
+            // failover, CLIENT KILL): once more on a new one, in the time
+            // the call has left.
             self.inner.backend.discard(&mut conn);
-            conn = self.conn(replicated, Some(&conn)).await?;
-            result = self.invoke(&mut conn, script, keys, args).await;
+            conn = self.conn(deadline, replicated, Some(&conn)).await?;
+            result = Self::by(deadline, self.invoke(&mut conn, script, keys, args)).await;
         }
         let value = result.map_err(|e| self.fail(&mut conn, e))?;
         let decoded = T::from_redis_value(value)
             .map_err(|e| StoreError::Unexpected(format!("{}: {e}", script.name())))?;
         if replicated {
-            self.wait_for_replicas(&mut conn).await?;
+            self.wait_for_replicas(deadline, &mut conn).await?;
         }
         Ok(decoded)
     }
 
-    async fn wait_for_replicas(&self, conn: &mut Conn) -> Result<(), StoreError> {
-        let acked: i64 = match redis::cmd("WAIT")
-            .arg(self.inner.min_replicas)
-            .arg(self.inner.wait_timeout_ms)
-            .query_async(conn)
-            .await
-        {
+    async fn wait_for_replicas(
+        &self,
+        deadline: Instant,
+        conn: &mut Conn,
+    ) -> Result<(), StoreError> {
+        // WAIT blocks for its timeout on the server: it must answer before
+        // the call's budget ends (0 would block forever).
+        let left_ms = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64;
+        let timeout_ms = self.inner.wait_timeout_ms.min(left_ms * 3 / 4).max(1);
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.inner.min_replicas).arg(timeout_ms);
+        let acked: i64 = match Self::by(deadline, wait.query_async(conn)).await {
             Ok(n) => n,
             Err(e) => return Err(self.fail(conn, e)),
         };
@@ -486,13 +539,12 @@ impl Store {
 
     /// Loads every script into Redis's script cache.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn(false, None).await?;
+        let deadline = self.deadline();
+        let mut conn = self.conn(deadline, false, None).await?;
         for script in scripts::ALL.iter() {
-            let loaded: Result<String, _> = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(script.source())
-                .query_async(&mut conn)
-                .await;
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.source());
+            let loaded: Result<String, _> = Self::by(deadline, load.query_async(&mut conn)).await;
             loaded.map_err(|e| self.fail(&mut conn, e))?;
         }
         Ok(())
@@ -540,9 +592,9 @@ impl Store {
     /// Sends one raw command (readiness, start-up checks, tests and the
     /// benchmark; primitives never do).
     pub async fn raw<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        let mut conn = self.conn(false, None).await?;
-        let value: Value = cmd
-            .query_async(&mut conn)
+        let deadline = self.deadline();
+        let mut conn = self.conn(deadline, false, None).await?;
+        let value: Value = Self::by(deadline, cmd.query_async(&mut conn))
             .await
             .map_err(|e| self.fail(&mut conn, e))?;
         T::from_redis_value(value).map_err(|e| StoreError::Unexpected(e.to_string()))

@@ -352,3 +352,105 @@ async fn requests_after_a_redis_restart_do_not_meet_dead_connections() {
         assert_eq!(state.status(), 200);
     }
 }
+
+/// The slack a request that never waits may take beyond the Redis
+/// response timeout while Redis stalls (README: "Errors"): scheduling and
+/// the HTTP round trip, on a busy test machine.
+const STALL_SLACK: Duration = Duration::from_millis(300);
+
+/// Every request that does not wait answers within the response timeout
+/// (plus [`STALL_SLACK`]) while Redis stalls: 503 naming the condition,
+/// whatever the call needs meanwhile (a connection, a script load, a
+/// repeat on a fresh connection). Two rounds: the first finds connections
+/// that were healthy a moment ago, the second finds them discarded after
+/// the first round's timeouts and must connect to the stalled server.
+#[tokio::test]
+async fn requests_that_do_not_wait_answer_within_the_response_timeout_while_redis_stalls() {
+    let redis = redis();
+    let timeout_ms = 1000;
+    let app = spawn_app(Config {
+        redis_response_timeout_ms: timeout_ms,
+        redis_connect_timeout_ms: 1000,
+        ..test_config(&redis)
+    })
+    .await;
+    app.must_acquire("stall", json!({"holder": "h", "lease_ms": 60000}))
+        .await;
+    let put =
+        |path: &str, body: serde_json::Value| app.client.put(app.url(path)).json(&body).send();
+    assert_eq!(
+        put("/semaphores/stall", json!({"permits": 2}))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        put("/latches/stall", json!({"count": 5}))
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+    // Scripts are loaded and connections open; then Redis stops answering.
+    redis.pause();
+    let requests: Vec<(&str, &str, Option<serde_json::Value>)> = vec![
+        ("GET", "/locks/stall", None),
+        ("POST", "/locks/stall/holders/h/heartbeat", Some(json!({}))),
+        ("POST", "/locks/stall/acquire", Some(json!({"holder": "x"}))),
+        ("DELETE", "/locks/stall/holders/h", None),
+        ("GET", "/fair-locks/stall", None),
+        ("GET", "/rwlocks/stall", None),
+        (
+            "POST",
+            "/rwlocks/stall/write/acquire",
+            Some(json!({"holder": "x"})),
+        ),
+        ("GET", "/semaphores/stall", None),
+        ("PUT", "/semaphores/stall", Some(json!({"permits": 3}))),
+        (
+            "POST",
+            "/semaphores/stall/acquire",
+            Some(json!({"holder": "x"})),
+        ),
+        ("GET", "/latches/stall", None),
+        ("POST", "/latches/stall/count-down", Some(json!({}))),
+        (
+            "POST",
+            "/multilocks/acquire",
+            Some(json!({"names": ["stall", "stall2"]})),
+        ),
+        ("GET", "/readyz", None),
+    ];
+    let budget = Duration::from_millis(timeout_ms) + STALL_SLACK;
+    let mut late = Vec::new();
+    for round in 1..=2 {
+        let calls = requests.iter().map(|(method, path, body)| {
+            let mut request = app.client.request(method.parse().unwrap(), app.url(path));
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            async move {
+                let started = Instant::now();
+                let response = request.send().await.unwrap();
+                let took = started.elapsed();
+                let status = response.status().as_u16();
+                let body = response.text().await.unwrap();
+                (*method, *path, status, body, took)
+            }
+        });
+        for (method, path, status, body, took) in futures_util::future::join_all(calls).await {
+            if took > budget || status != 503 || !body.contains("backend-unavailable") {
+                late.push(format!(
+                    "round {round}: {method} {path}: {status} after {took:?}: {body}"
+                ));
+            }
+        }
+    }
+    redis.resume();
+    assert!(
+        late.is_empty(),
+        "over {budget:?} or not 503:\n{}",
+        late.join("\n")
+    );
+}
