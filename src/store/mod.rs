@@ -539,7 +539,10 @@ impl Store {
 
     /// Loads every script into Redis's script cache.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        let deadline = self.deadline();
+        self.load_scripts_by(self.deadline()).await
+    }
+
+    async fn load_scripts_by(&self, deadline: Instant) -> Result<(), StoreError> {
         let mut conn = self.conn(deadline, false, None).await?;
         for script in scripts::ALL.iter() {
             let mut load = redis::cmd("SCRIPT");
@@ -558,9 +561,11 @@ impl Store {
         for script in scripts::ALL.iter() {
             cmd.arg(script.redis().get_hash());
         }
-        let present: Vec<i64> = self.raw(&cmd).await?;
+        // One budget for the check and the reload.
+        let deadline = self.deadline();
+        let present: Vec<i64> = self.raw_by(deadline, &cmd).await?;
         if present.contains(&0) {
-            self.load_scripts().await?;
+            self.load_scripts_by(deadline).await?;
         }
         Ok(())
     }
@@ -592,7 +597,14 @@ impl Store {
     /// Sends one raw command (readiness, start-up checks, tests and the
     /// benchmark; primitives never do).
     pub async fn raw<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        let deadline = self.deadline();
+        self.raw_by(self.deadline(), cmd).await
+    }
+
+    async fn raw_by<T: FromRedisValue>(
+        &self,
+        deadline: Instant,
+        cmd: &redis::Cmd,
+    ) -> Result<T, StoreError> {
         let mut conn = self.conn(deadline, false, None).await?;
         let value: Value = Self::by(deadline, cmd.query_async(&mut conn))
             .await
