@@ -130,227 +130,148 @@ pub mod examples {
     }
 }
 
-/// Errors of an operation on an object named in the path.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum NameErrors {
-    /// Invalid name
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-    ))]
-    Invalid(Problem),
-    /// Redis unavailable
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-    ))]
-    Unavailable(Problem),
+/// An `IntoResponses` enum of problem documents, for the OpenAPI document
+/// only (never built): each variant is one status, with its description
+/// and its examples, `("<slug>", <function in [`examples`]>)`.
+macro_rules! problem_responses {
+    (
+        $(#[doc = $doc:tt])*
+        $name:ident {
+            $(
+                $(#[doc = $variant_doc:tt])*
+                $variant:ident = $status:tt [$(($slug:tt, $example:ident)),+ $(,)?],
+            )+
+        }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(IntoResponses)]
+        #[allow(dead_code)] // documentation only: never built
+        pub enum $name {
+            $(
+                $(#[doc = $variant_doc])*
+                #[response(status = $status, content_type = "application/problem+json", examples(
+                    $(($slug = (value = json!(examples::$example())))),+
+                ))]
+                $variant(Problem),
+            )+
+        }
+    };
 }
 
-/// Errors of reading an object that must exist.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum ObjectErrors {
-    /// Invalid name
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-    ))]
-    Invalid(Problem),
-    /// No such object
-    #[response(status = 404, content_type = "application/problem+json", examples(
-        ("not-found" = (value = json!(examples::not_found()))),
-    ))]
-    NotFound(Problem),
-    /// Redis unavailable
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of an operation on an object named in the path.
+    NameErrors {
+        /// Invalid name
+        Invalid = 400 [("invalid-name", invalid_name)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
 }
 
-/// Errors of an operation that takes a JSON body and never waits.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum BodyErrors {
-    /// Invalid name, body or out-of-range value
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-        ("invalid-body" = (value = json!(examples::invalid_body()))),
-        ("out-of-range" = (value = json!(examples::out_of_range()))),
-    ))]
-    Invalid(Problem),
-    /// Body is not JSON
-    #[response(status = 415, content_type = "application/problem+json", examples(
-        ("unsupported-media-type" = (value = json!(examples::unsupported_media_type()))),
-    ))]
-    NotJson(Problem),
-    /// Redis unavailable
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of reading an object that must exist.
+    ObjectErrors {
+        /// Invalid name
+        Invalid = 400 [("invalid-name", invalid_name)],
+        /// No such object
+        NotFound = 404 [("not-found", not_found)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
 }
 
-/// Errors of an operation on a holder's holds (heartbeat, release).
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum HoldErrors {
-    /// Invalid name, holder, body or query
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-        ("invalid-body" = (value = json!(examples::invalid_body()))),
-        ("out-of-range" = (value = json!(examples::out_of_range()))),
-    ))]
-    Invalid(Problem),
-    /// Not held by this holder (released, expired or never acquired)
-    #[response(status = 404, content_type = "application/problem+json", examples(
-        ("not-held" = (value = json!(examples::not_held()))),
-    ))]
-    NotHeld(Problem),
-    /// Redis unavailable
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of an operation that takes a JSON body and never waits.
+    BodyErrors {
+        /// Invalid name, body or out-of-range value
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
 }
 
-/// Errors of a multi-lock's heartbeat and release: [`HoldErrors`] whose
-/// 404 names the locks not held.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum SetHoldErrors {
-    /// Invalid names, holder or body
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-        ("invalid-body" = (value = json!(examples::invalid_body()))),
-        ("out-of-range" = (value = json!(examples::out_of_range()))),
-    ))]
-    Invalid(Problem),
-    /// Body is not JSON
-    #[response(status = 415, content_type = "application/problem+json", examples(
-        ("unsupported-media-type" = (value = json!(examples::unsupported_media_type()))),
-    ))]
-    NotJson(Problem),
-    /// Some locks of the set are not held by this holder (`not_held`
-    /// names them); nothing was changed
-    #[response(status = 404, content_type = "application/problem+json", examples(
-        ("not-held" = (value = json!(examples::not_held_set()))),
-    ))]
-    NotHeld(Problem),
-    /// Redis unavailable
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of an operation on a holder's holds (heartbeat, release).
+    HoldErrors {
+        /// Invalid name, holder, body or query
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Not held by this holder (released, expired or never acquired)
+        NotHeld = 404 [("not-held", not_held)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
 }
 
-/// Errors of a RedLock heartbeat and release: [`HoldErrors`] whose 503
-/// also says when too few nodes answer, or none are configured.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum QuorumHoldErrors {
-    /// Invalid name, holder or body
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-        ("invalid-body" = (value = json!(examples::invalid_body()))),
-        ("out-of-range" = (value = json!(examples::out_of_range()))),
-    ))]
-    Invalid(Problem),
-    /// Not held by this holder on a quorum of the nodes
-    #[response(status = 404, content_type = "application/problem+json", examples(
-        ("not-held" = (value = json!(examples::not_held()))),
-    ))]
-    NotHeld(Problem),
-    /// Too few nodes answered to tell, or no RedLock nodes are configured
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("quorum-unavailable" = (value = json!(examples::quorum_unavailable()))),
-        ("redlock-not-configured" = (value = json!(examples::redlock_not_configured()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of a multi-lock's heartbeat and release: [`HoldErrors`] whose
+    /// 404 names the locks not held.
+    SetHoldErrors {
+        /// Invalid names, holder or body
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Some locks of the set are not held by this holder (`not_held`
+        /// names them); nothing was changed
+        NotHeld = 404 [("not-held", not_held_set)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
 }
 
-/// Errors of a wait besides its answer (a latch's `/wait`).
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum WaitErrors {
-    /// Invalid name or query, or `wait_ms` out of range
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-        ("invalid-body" = (value = json!(examples::invalid_body()))),
-        ("out-of-range" = (value = json!(examples::out_of_range()))),
-    ))]
-    Invalid(Problem),
-    /// Too many waiters on this instance
-    #[response(status = 429, content_type = "application/problem+json", examples(
-        ("too-many-waiters" = (value = json!(examples::too_many_waiters()))),
-    ))]
-    TooManyWaiters(Problem),
-    /// Redis unavailable, or shutting down
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-        ("shutting-down" = (value = json!(examples::shutting_down()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of a RedLock heartbeat and release: [`HoldErrors`] whose 503
+    /// also says when too few nodes answer, or none are configured.
+    QuorumHoldErrors {
+        /// Invalid name, holder or body
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Not held by this holder on a quorum of the nodes
+        NotHeld = 404 [("not-held", not_held)],
+        /// Too few nodes answered to tell, or no RedLock nodes are configured
+        Unavailable = 503 [("quorum-unavailable", quorum_unavailable), ("redlock-not-configured", redlock_not_configured)],
+    }
 }
 
-/// Errors of an acquire besides its "not acquired" answer.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum AcquireErrors {
-    /// Invalid name, body or out-of-range value
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-        ("invalid-body" = (value = json!(examples::invalid_body()))),
-        ("out-of-range" = (value = json!(examples::out_of_range()))),
-    ))]
-    Invalid(Problem),
-    /// Body is not JSON
-    #[response(status = 415, content_type = "application/problem+json", examples(
-        ("unsupported-media-type" = (value = json!(examples::unsupported_media_type()))),
-    ))]
-    NotJson(Problem),
-    /// Too many waiters on this instance
-    #[response(status = 429, content_type = "application/problem+json", examples(
-        ("too-many-waiters" = (value = json!(examples::too_many_waiters()))),
-    ))]
-    TooManyWaiters(Problem),
-    /// Redis unavailable, or shutting down
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-        ("shutting-down" = (value = json!(examples::shutting_down()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of a wait besides its answer (a latch's `/wait`).
+    WaitErrors {
+        /// Invalid name or query, or `wait_ms` out of range
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Too many waiters on this instance
+        TooManyWaiters = 429 [("too-many-waiters", too_many_waiters)],
+        /// Redis unavailable, or shutting down
+        Unavailable = 503 [("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
+    }
 }
 
-/// Errors of a RedLock acquire besides its "not acquired" answer:
-/// [`AcquireErrors`] whose 503 also says when too few nodes answer, or
-/// none are configured.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // documentation only: never built
-pub enum QuorumAcquireErrors {
-    /// Invalid name, body or out-of-range value
-    #[response(status = 400, content_type = "application/problem+json", examples(
-        ("invalid-name" = (value = json!(examples::invalid_name()))),
-        ("invalid-body" = (value = json!(examples::invalid_body()))),
-        ("out-of-range" = (value = json!(examples::out_of_range()))),
-    ))]
-    Invalid(Problem),
-    /// Body is not JSON
-    #[response(status = 415, content_type = "application/problem+json", examples(
-        ("unsupported-media-type" = (value = json!(examples::unsupported_media_type()))),
-    ))]
-    NotJson(Problem),
-    /// Too many waiters on this instance
-    #[response(status = 429, content_type = "application/problem+json", examples(
-        ("too-many-waiters" = (value = json!(examples::too_many_waiters()))),
-    ))]
-    TooManyWaiters(Problem),
-    /// Too few nodes answered, no RedLock nodes are configured, Redis
-    /// unavailable, or shutting down
-    #[response(status = 503, content_type = "application/problem+json", examples(
-        ("quorum-unavailable" = (value = json!(examples::quorum_unavailable()))),
-        ("redlock-not-configured" = (value = json!(examples::redlock_not_configured()))),
-        ("backend-unavailable" = (value = json!(examples::backend_unavailable()))),
-        ("shutting-down" = (value = json!(examples::shutting_down()))),
-    ))]
-    Unavailable(Problem),
+problem_responses! {
+    /// Errors of an acquire besides its "not acquired" answer.
+    AcquireErrors {
+        /// Invalid name, body or out-of-range value
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Too many waiters on this instance
+        TooManyWaiters = 429 [("too-many-waiters", too_many_waiters)],
+        /// Redis unavailable, or shutting down
+        Unavailable = 503 [("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
+    }
+}
+
+problem_responses! {
+    /// Errors of a RedLock acquire besides its "not acquired" answer:
+    /// [`AcquireErrors`] whose 503 also says when too few nodes answer, or
+    /// none are configured.
+    QuorumAcquireErrors {
+        /// Invalid name, body or out-of-range value
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Too many waiters on this instance
+        TooManyWaiters = 429 [("too-many-waiters", too_many_waiters)],
+        /// Too few nodes answered, no RedLock nodes are configured, Redis
+        /// unavailable, or shutting down
+        Unavailable = 503 [("quorum-unavailable", quorum_unavailable), ("redlock-not-configured", redlock_not_configured), ("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
+    }
 }

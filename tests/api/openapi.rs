@@ -173,47 +173,53 @@ fn slugs(doc: &Value, method: &str, path: &str, status: &str) -> BTreeSet<String
 #[test]
 fn each_primitive_documents_the_problems_it_sends() {
     let doc = document();
-    let set =
-        |slugs: &[&str]| -> BTreeSet<String> { slugs.iter().map(|s| s.to_string()).collect() };
-    assert_eq!(
-        slugs(&doc, "delete", "/locks/{name}/holders/{holder}", "404"),
-        set(&["not-held"])
-    );
-    assert_eq!(
-        slugs(&doc, "post", "/locks/{name}/acquire", "409"),
-        set(&["lock-held"])
-    );
-    assert_eq!(
-        slugs(&doc, "post", "/semaphores/{name}/acquire", "409"),
-        set(&["no-permits"])
-    );
-    assert_eq!(
-        slugs(&doc, "post", "/semaphores/{name}/acquire", "404"),
-        set(&["not-found"])
-    );
-    assert_eq!(
-        slugs(&doc, "put", "/latches/{name}", "409"),
-        set(&["latch-exists"])
-    );
-    assert_eq!(
-        slugs(&doc, "post", "/rwlocks/{name}/write/acquire", "409"),
-        set(&["lock-held", "upgrade-would-deadlock"])
-    );
-    assert_eq!(
-        slugs(&doc, "post", "/redlocks/{name}/acquire", "503"),
-        set(&[
-            "backend-unavailable",
-            "quorum-unavailable",
-            "redlock-not-configured",
-            "shutting-down"
-        ])
-    );
-    assert_eq!(
-        slugs(&doc, "post", "/locks/{name}/acquire", "400"),
-        set(&["invalid-name", "invalid-body", "out-of-range"])
-    );
-    assert_eq!(
-        slugs(&doc, "post", "/locks/{name}/acquire", "429"),
-        set(&["too-many-waiters"])
-    );
+    let expected: [(&str, &str, &str, &[&str]); 9] = [
+        (
+            "delete",
+            "/locks/{name}/holders/{holder}",
+            "404",
+            &["not-held"],
+        ),
+        ("post", "/locks/{name}/acquire", "409", &["lock-held"]),
+        ("post", "/semaphores/{name}/acquire", "409", &["no-permits"]),
+        ("post", "/semaphores/{name}/acquire", "404", &["not-found"]),
+        ("put", "/latches/{name}", "409", &["latch-exists"]),
+        (
+            "post",
+            "/rwlocks/{name}/write/acquire",
+            "409",
+            &["lock-held", "upgrade-would-deadlock"],
+        ),
+        (
+            "post",
+            "/redlocks/{name}/acquire",
+            "503",
+            &[
+                "backend-unavailable",
+                "quorum-unavailable",
+                "redlock-not-configured",
+                "shutting-down",
+            ],
+        ),
+        (
+            "post",
+            "/locks/{name}/acquire",
+            "400",
+            &["invalid-name", "invalid-body", "out-of-range"],
+        ),
+        (
+            "post",
+            "/locks/{name}/acquire",
+            "429",
+            &["too-many-waiters"],
+        ),
+    ];
+    for (method, path, status, want) in expected {
+        let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            slugs(&doc, method, path, status),
+            want,
+            "{method} {path} {status}"
+        );
+    }
 }
