@@ -108,8 +108,8 @@ pub struct CountDownRequest {
 #[into_params(parameter_in = Query)]
 pub struct WaitQuery {
     /// How long to wait for the latch to open, in ms (default 0 = look
-    /// once). The maximum is configuration (max_wait_ms); the bound shown
-    /// is the default.
+    /// once). The maximum is configuration (max_wait_ms); each server
+    /// shows its own.
     #[param(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 10000)]
     pub wait_ms: Option<String>,
 }

@@ -65,12 +65,12 @@ pub struct AcquireRequest {
     #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
     pub holder: Option<String>,
     /// Lease in ms (default 30000). The accepted range is configuration
-    /// (min_lease_ms/max_lease_ms); the bounds shown are the defaults. The
+    /// (min_lease_ms/max_lease_ms); each server shows its own. The
     /// hold ends when it lapses without a heartbeat.
     #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
     pub lease_ms: Option<Millis>,
     /// How long to wait for the lock, in ms (default 0 = try once). The
-    /// maximum is configuration (max_wait_ms); the bound shown is the default.
+    /// maximum is configuration (max_wait_ms); each server shows its own.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
 }
@@ -81,7 +81,7 @@ pub struct AcquireRequest {
 #[schema(example = json!({}))]
 pub struct HeartbeatRequest {
     /// New lease in ms. Omit it to renew for the lease the hold already
-    /// has. Range as for acquire (defaults shown).
+    /// has. Range as for acquire.
     #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
     pub lease_ms: Option<Millis>,
 }
@@ -620,7 +620,7 @@ macro_rules! hold_routes {
         use $crate::error::{ApiError, Problem};
         use $crate::http::extract::{ApiJson, ApiPath, ApiQuery};
         use $crate::http::lock_family::{self as family, HeartbeatRequest, HolderPath, NamePath};
-        use $crate::http::responses::{HoldErrors, NameErrors};
+        use $crate::http::responses::{HoldErrors, NameErrors, RenewErrors};
         use $crate::state::AppState;
 
         /// Renew the holder's leases (every hold it has on the object).
@@ -633,7 +633,7 @@ macro_rules! hold_routes {
             request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
             responses(
                 (status = 200, description = "Renewed", body = $renewed),
-                HoldErrors,
+                RenewErrors,
             )
         )]
         pub async fn heartbeat(

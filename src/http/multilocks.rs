@@ -41,13 +41,13 @@ pub struct MultiAcquireRequest {
     #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
     pub holder: Option<String>,
     /// Lease in ms of every lock of the set (default 30000). The accepted
-    /// range is configuration (min_lease_ms/max_lease_ms); the bounds shown
-    /// are the defaults.
+    /// range is configuration (min_lease_ms/max_lease_ms); each server
+    /// shows its own.
     #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
     pub lease_ms: Option<Millis>,
     /// How long to wait for the whole set, in ms (default 0 = try once).
-    /// The maximum is configuration (max_wait_ms); the bound shown is the
-    /// default.
+    /// The maximum is configuration (max_wait_ms); each server shows
+    /// its own.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
 }

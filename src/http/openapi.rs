@@ -3,6 +3,7 @@
 
 use utoipa::OpenApi;
 
+use crate::config::Config;
 use crate::error::Problem;
 
 #[derive(OpenApi)]
@@ -51,9 +52,49 @@ use crate::error::Problem;
 )]
 pub(super) struct ApiDoc;
 
-/// The OpenAPI document exactly as served at `/openapi.json`.
+/// The OpenAPI document at the default configuration, as committed in
+/// `openapi/openapi.json`; a server serves it with its own bounds
+/// ([`with_bounds`]).
 pub fn openapi() -> serde_json::Value {
     polish(super::router::routes().split_for_parts().1)
+}
+
+/// The document with this server's configured bounds on every `wait_ms`
+/// (`0..=max_wait_ms`) and `lease_ms` (`min_lease_ms..=max_lease_ms`), body
+/// field or query parameter, so that a client keeping to the served document
+/// (Swagger UI, a generated client, a fuzzer) is never answered 400
+/// `out-of-range` for them.
+pub(super) fn with_bounds(mut doc: serde_json::Value, config: &Config) -> serde_json::Value {
+    use serde_json::Value;
+    fn visit(value: &mut Value, config: &Config) {
+        match value {
+            Value::Object(map) => {
+                let parameter = map.get("name").and_then(Value::as_str).map(str::to_owned);
+                for (key, child) in map.iter_mut() {
+                    let field = match (key.as_str(), &parameter) {
+                        ("schema", Some(name)) => name.as_str(),
+                        (key, _) => key,
+                    };
+                    let bounds = match field {
+                        "wait_ms" => Some((0, config.max_wait_ms)),
+                        "lease_ms" => Some((config.min_lease_ms, config.max_lease_ms)),
+                        _ => None,
+                    };
+                    match bounds {
+                        Some((minimum, maximum)) if child.get("maximum").is_some() => {
+                            child["minimum"] = minimum.into();
+                            child["maximum"] = maximum.into();
+                        }
+                        _ => visit(child, config),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|item| visit(item, config)),
+            _ => {}
+        }
+    }
+    visit(&mut doc, config);
+    doc
 }
 
 /// Three adjustments utoipa cannot express, applied to the generated document:

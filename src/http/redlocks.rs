@@ -25,7 +25,7 @@ use crate::http::lock_family::{
     AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath, created,
 };
 use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{QuorumAcquireErrors, QuorumHoldErrors, examples};
+use crate::http::responses::{QuorumAcquireErrors, QuorumHoldErrors, QuorumRenewErrors, examples};
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -258,7 +258,7 @@ pub async fn acquire(
     request_body(content = Option<HeartbeatRequest>, content_type = "application/json"),
     responses(
         (status = 200, description = "Renewed on a quorum", body = RedlockGrant),
-        QuorumHoldErrors,
+        QuorumRenewErrors,
     )
 )]
 pub async fn heartbeat(

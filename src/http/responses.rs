@@ -205,6 +205,21 @@ problem_responses! {
 }
 
 problem_responses! {
+    /// Errors of a heartbeat: [`HoldErrors`], and 415 for a body that is
+    /// not JSON.
+    RenewErrors {
+        /// Invalid name, holder or body, or a lease out of range
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Not held by this holder (released, expired or never acquired)
+        NotHeld = 404 [("not-held", not_held)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
+}
+
+problem_responses! {
     /// Errors of a multi-lock's heartbeat and release: [`HoldErrors`] whose
     /// 404 names the locks not held.
     SetHoldErrors {
@@ -226,6 +241,21 @@ problem_responses! {
     QuorumHoldErrors {
         /// Invalid name, holder or body
         Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Not held by this holder on a quorum of the nodes
+        NotHeld = 404 [("not-held", not_held)],
+        /// Too few nodes answered to tell, or no RedLock nodes are configured
+        Unavailable = 503 [("quorum-unavailable", quorum_unavailable), ("redlock-not-configured", redlock_not_configured)],
+    }
+}
+
+problem_responses! {
+    /// Errors of a RedLock heartbeat: [`QuorumHoldErrors`], and 415 for a
+    /// body that is not JSON.
+    QuorumRenewErrors {
+        /// Invalid name, holder or body, or a lease out of range
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
         /// Not held by this holder on a quorum of the nodes
         NotHeld = 404 [("not-held", not_held)],
         /// Too few nodes answered to tell, or no RedLock nodes are configured

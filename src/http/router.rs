@@ -14,9 +14,9 @@ use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
-use super::openapi::{ApiDoc, polish};
+use super::openapi::{ApiDoc, polish, with_bounds};
 use super::{fair_locks, health, latches, locks, multilocks, redlocks, rwlocks, semaphores};
-use crate::config::CorsOrigins;
+use crate::config::{Config, CorsOrigins};
 use crate::state::AppState;
 
 /// Sent by clients that retry non-idempotent requests safely, e.g. a
@@ -64,17 +64,17 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// The API routes (without the layers, Swagger UI and fallbacks) and the
-/// document describing them.
-fn api_router() -> (Router<AppState>, serde_json::Value) {
+/// document describing them with this configuration's bounds.
+fn api_router(config: &Config) -> (Router<AppState>, serde_json::Value) {
     let (router, doc) = routes().split_for_parts();
-    (router, polish(doc))
+    (router, with_bounds(polish(doc), config))
 }
 
 /// The router with every layer: body limit, panic catching, one
 /// [`middleware::observe`] layer (request id, tracing span, metrics,
 /// problem+json for errors), CORS, Swagger UI and fallbacks.
 pub fn router(state: AppState) -> Router {
-    let (api, openapi) = api_router();
+    let (api, openapi) = api_router(&state.config);
     let swagger = SwaggerUi::new("/docs")
         .external_url_unchecked("/openapi.json", openapi)
         .config(utoipa_swagger_ui::Config::default().validator_url("none"));

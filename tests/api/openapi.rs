@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use crate::helpers::{redis, spawn_app, test_config};
 
 fn document() -> Value {
     serde_json::from_str(&latchkey::openapi_json()).expect("the document is JSON")
@@ -222,4 +224,127 @@ fn each_primitive_documents_the_problems_it_sends() {
             "{method} {path} {status}"
         );
     }
+}
+
+/// Every bounded `field` (a request body field or a query parameter whose
+/// schema has a maximum) in a document: (where, minimum, maximum).
+fn bounds(doc: &Value, field: &str) -> Vec<(String, Value, Value)> {
+    let mut found = Vec::new();
+    let mut stack = vec![(String::new(), doc)];
+    while let Some((at, value)) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                let schema = map.get("schema").filter(|s| s.get("maximum").is_some());
+                if let Some(schema) =
+                    schema.filter(|_| map.get("name").and_then(Value::as_str) == Some(field))
+                {
+                    found.push((
+                        at.clone(),
+                        schema["minimum"].clone(),
+                        schema["maximum"].clone(),
+                    ));
+                }
+                for (key, child) in map {
+                    if key == field && child.get("maximum").is_some() {
+                        found.push((
+                            format!("{at}/{key}"),
+                            child["minimum"].clone(),
+                            child["maximum"].clone(),
+                        ));
+                    }
+                    stack.push((format!("{at}/{key}"), child));
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    stack.push((format!("{at}/{i}"), child));
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// A deployment serves the bounds it enforces: a client (Swagger UI,
+/// Schemathesis, a generated client) that keeps to the served document is
+/// never answered 400 `out-of-range` for a `wait_ms` or `lease_ms`.
+#[tokio::test]
+async fn the_served_document_states_this_servers_wait_and_lease_bounds() {
+    let redis = redis();
+    let mut config = test_config(&redis);
+    config.max_wait_ms = 300;
+    config.min_lease_ms = 1_000;
+    config.max_lease_ms = 120_000;
+    let app = spawn_app(config).await;
+    let served: Value = app.get_json("/openapi.json").await;
+    let waits = bounds(&served, "wait_ms");
+    let leases = bounds(&served, "lease_ms");
+    assert!(
+        waits.len() >= 4 && leases.len() >= 4,
+        "{waits:?} {leases:?}"
+    );
+    for (at, minimum, maximum) in waits {
+        assert_eq!(
+            (minimum, maximum),
+            (json!(0), json!(300)),
+            "wait_ms at {at}"
+        );
+    }
+    for (at, minimum, maximum) in leases {
+        assert_eq!(
+            (minimum, maximum),
+            (json!(1000), json!(120000)),
+            "lease_ms at {at}"
+        );
+    }
+    // What the document allows is accepted, and one past it is not.
+    let allowed = app
+        .post(
+            "/locks/bounds/acquire",
+            json!({"wait_ms": 300, "lease_ms": 120000}),
+        )
+        .await;
+    assert_eq!(allowed.status(), 201);
+    let past = app
+        .post("/locks/bounds2/acquire", json!({"wait_ms": 301}))
+        .await;
+    assert_eq!(past.status(), 400);
+}
+
+/// Every operation that takes a JSON body answers a body of another media
+/// type with 415 `unsupported-media-type`, and documents it (heartbeats did
+/// not: a client generated from the document had no 415 to expect).
+#[tokio::test]
+async fn every_operation_with_a_body_answers_and_documents_415() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let doc = document();
+    let mut checked = 0;
+    for (method, path, operation) in operations(&doc) {
+        if operation.get("requestBody").is_none() {
+            continue;
+        }
+        let url = app.url(
+            &path
+                .replace("{name}", "media")
+                .replace("{holder}", "someone"),
+        );
+        let response = app
+            .client
+            .request(method.to_uppercase().parse().expect("a method"), url)
+            .header("content-type", "text/plain")
+            .body("{}")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 415, "{method} {path}");
+        assert_eq!(
+            slugs(&doc, &method, &path, "415"),
+            BTreeSet::from(["unsupported-media-type".to_string()]),
+            "{method} {path} documents its 415"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 17, "operations with a body");
 }
