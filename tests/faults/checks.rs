@@ -1,0 +1,527 @@
+//! The recorded history of a fault-injection run, and the checkers that
+//! judge it. Every time is in ms since the run started, on the test's clock
+//! (one machine: the same clock as Redis's). Each checker returns the
+//! violations it found; the tests at the bottom plant a fault in a clean
+//! history and watch each checker report it.
+
+use std::collections::BTreeMap;
+
+/// How a hold shares its object.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// A lock, a fair lock, a write hold, a RedLock, a lock of a multi-lock set.
+    Exclusive,
+    /// A read hold.
+    Shared,
+    /// `k` permits of a semaphore.
+    Permits(u64),
+}
+
+/// One grant, from the acquire's request to the end of the time it was
+/// certainly valid: from its answer (`granted`) until the lease that the
+/// last acknowledged acquire or heartbeat started ran out, counted from
+/// when that request was sent (Redis started the lease after that), or the
+/// release was sent, whichever came first.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub object: String,
+    pub holder: String,
+    pub mode: Mode,
+    pub token: u64,
+    pub sent: f64,
+    pub granted: f64,
+    pub valid_until: f64,
+}
+
+/// One HTTP call and how long it took.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub what: String,
+    pub sent: f64,
+    pub answered: f64,
+    /// The HTTP status, if an answer came (a connection cut by a killed
+    /// instance has none).
+    pub status: Option<u16>,
+    /// The wait the request asked for (0 for a request that does not wait).
+    pub wait_ms: u64,
+}
+
+/// A write to the fenced resource a holder protects: rejected when a higher
+/// token was already written.
+#[derive(Debug, Clone)]
+pub struct FencedWrite {
+    pub object: String,
+    pub holder: String,
+    pub token: u64,
+    pub at: f64,
+    pub accepted: bool,
+}
+
+/// One waiter on a fair lock, from its first poll to its grant.
+#[derive(Debug, Clone)]
+pub struct FairWaiter {
+    pub object: String,
+    pub holder: String,
+    pub first_sent: f64,
+    /// When a 409 first told it its place (it was queued from then on).
+    pub queued: Option<f64>,
+    /// Until when it certainly kept its place: every poll answered (409 or
+    /// 201) and the next one sent well within the queue grace.
+    pub kept_until: f64,
+    /// (sent, answered) of the poll that granted it.
+    pub granted: Option<(f64, f64)>,
+}
+
+/// One round of a latch: set to `count`, counted down with `count`
+/// distinct idempotency keys, each sent several times.
+#[derive(Debug, Clone, Default)]
+pub struct LatchRound {
+    pub object: String,
+    /// When the key of the last count-down was first sent.
+    pub last_key_sent: f64,
+    /// When a count-down of the last key was first acknowledged (from then
+    /// on the latch was certainly open).
+    pub opened: f64,
+    /// The count read once every key but the last was acknowledged (each
+    /// sent several times): 1 if each key counted once.
+    pub count_before_last: Option<u64>,
+    /// Every wait's (sent, answered, open) of the round's waiters.
+    pub waits: Vec<(f64, f64, bool)>,
+}
+
+/// A crashed holder's permits: when they were certainly back (its lease
+/// ran out, counted from its acquire's answer) and when another holder got
+/// them, with the time Redis or the prober's instance was down meanwhile.
+#[derive(Debug, Clone)]
+pub struct PermitsBack {
+    pub object: String,
+    pub expired_by: f64,
+    pub regained: f64,
+    pub excused_ms: f64,
+}
+
+fn overlap(a: &Hold, b: &Hold) -> bool {
+    a.granted < b.valid_until && b.granted < a.valid_until
+}
+
+/// No two certainly-valid holds of one object at once by different holders,
+/// unless both are read holds.
+pub fn exclusive_holds(holds: &[Hold]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (object, holds) in by_object(holds) {
+        for (i, a) in holds.iter().enumerate() {
+            for b in &holds[i + 1..] {
+                let both_shared = a.mode == Mode::Shared && b.mode == Mode::Shared;
+                let permits = matches!(a.mode, Mode::Permits(_));
+                if a.holder != b.holder && !both_shared && !permits && overlap(a, b) {
+                    violations.push(format!(
+                        "{object}: {} ({:?}, token {}) held {:.0}..{:.0} while {} ({:?}, token {}) held {:.0}..{:.0}",
+                        a.holder, a.mode, a.token, a.granted, a.valid_until,
+                        b.holder, b.mode, b.token, b.granted, b.valid_until
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
+/// Fencing tokens strictly increase in real-time order: a grant answered
+/// before another was asked for has the lower token.
+pub fn fencing_order(holds: &[Hold]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (object, holds) in by_object(holds) {
+        for a in &holds {
+            for b in &holds {
+                if a.holder != b.holder && a.granted < b.sent && a.token >= b.token {
+                    violations.push(format!(
+                        "{object}: {} got token {} at {:.0}, then {} asked at {:.0} and got token {}",
+                        a.holder, a.token, a.granted, b.holder, b.sent, b.token
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
+/// A semaphore's certainly-valid permits never add up past its permits.
+pub fn permits_within(holds: &[Hold], permits: u64) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (object, holds) in by_object(holds) {
+        let mut edges: Vec<(f64, i64)> = Vec::new();
+        for h in &holds {
+            if let (Mode::Permits(k), true) = (h.mode, h.granted < h.valid_until) {
+                edges.push((h.granted, k as i64));
+                edges.push((h.valid_until, -(k as i64)));
+            }
+        }
+        // Ends before starts at the same instant.
+        edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut used = 0;
+        for (at, delta) in edges {
+            used += delta;
+            if used > permits as i64 {
+                violations.push(format!(
+                    "{object}: {used} permits certainly held at {at:.0}, of {permits}"
+                ));
+                break;
+            }
+        }
+    }
+    violations
+}
+
+/// A crashed holder's permits are back within its lease + `slack_ms`, not
+/// counting the time Redis or an instance was down.
+pub fn permits_come_back(records: &[PermitsBack], slack_ms: f64) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.regained > r.expired_by + slack_ms + r.excused_ms)
+        .map(|r| {
+            format!(
+                "{}: a crashed holder's permits were back by {:.0} but regained only at {:.0} ({:.0} ms excused)",
+                r.object, r.expired_by, r.regained, r.excused_ms
+            )
+        })
+        .collect()
+}
+
+/// A write rejected by the fenced resource while its hold was certainly
+/// valid means a higher token was granted during that hold.
+pub fn fenced_writes(writes: &[FencedWrite], holds: &[Hold]) -> Vec<String> {
+    writes
+        .iter()
+        .filter(|w| !w.accepted)
+        .filter(|w| {
+            holds.iter().any(|h| {
+                h.object == w.object
+                    && h.holder == w.holder
+                    && h.token == w.token
+                    && h.granted <= w.at
+                    && w.at < h.valid_until
+            })
+        })
+        .map(|w| {
+            format!(
+                "{}: {} wrote with token {} at {:.0} while certainly holding, and a higher token had been written",
+                w.object, w.holder, w.token, w.at
+            )
+        })
+        .collect()
+}
+
+/// A fair lock never grants a waiter that arrived after another was queued
+/// while that one still kept its place.
+pub fn fair_no_barging(waiters: &[FairWaiter]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for a in waiters {
+        let Some(queued) = a.queued else { continue };
+        for b in waiters {
+            let Some((_, b_answered)) = b.granted else {
+                continue;
+            };
+            if a.object == b.object
+                && a.holder != b.holder
+                && b.first_sent > queued
+                && b_answered < a.kept_until
+            {
+                violations.push(format!(
+                    "{}: {} arrived at {:.0}, after {} was queued at {:.0}, and was granted by {:.0} while {} kept its place until {:.0}",
+                    a.object, b.holder, b.first_sent, a.holder, queued, b_answered, a.holder, a.kept_until
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// Latches: no waiter released before the count-down that opened the latch
+/// was sent; repeated count-downs with one key counted once; no wait that
+/// was open when the latch opened ended closed later than `wake_slack_ms`
+/// after it opened (a lost wake-up), and none that began after it opened
+/// answered closed.
+pub fn latch_rounds(rounds: &[LatchRound], wake_slack_ms: f64) -> Vec<String> {
+    let mut violations = Vec::new();
+    for r in rounds {
+        if r.count_before_last != Some(1) {
+            violations.push(format!(
+                "{}: count {:?} after every key but the last was sent (several times each); expected 1",
+                r.object, r.count_before_last
+            ));
+        }
+        for &(sent, answered, open) in &r.waits {
+            if open && answered < r.last_key_sent {
+                violations.push(format!(
+                    "{}: a waiter was released at {answered:.0}, before the last count-down was sent at {:.0}",
+                    r.object, r.last_key_sent
+                ));
+            }
+            if !open && sent > r.opened {
+                violations.push(format!(
+                    "{}: a wait sent at {sent:.0}, after the latch opened at {:.0}, answered closed",
+                    r.object, r.opened
+                ));
+            } else if !open && answered > r.opened + wake_slack_ms {
+                violations.push(format!(
+                    "{}: a wait (sent {sent:.0}) answered closed at {answered:.0}, though the latch opened at {:.0}: a lost wake-up",
+                    r.object, r.opened
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// Every answer came by its deadline: a wait by `wait_ms` plus the last
+/// re-check (100 ms), a request that does not wait within the Redis response
+/// timeout, each plus `slack_ms`.
+pub fn deadlines(calls: &[Call], response_timeout_ms: f64, slack_ms: f64) -> Vec<String> {
+    calls
+        .iter()
+        .filter(|c| c.status.is_some())
+        .filter(|c| {
+            let bound = (c.wait_ms as f64 + 100.0).max(response_timeout_ms) + slack_ms;
+            c.answered - c.sent > bound
+        })
+        .map(|c| {
+            format!(
+                "{} (wait_ms {}) answered {:?} after {:.0} ms (sent at {:.0})",
+                c.what,
+                c.wait_ms,
+                c.status,
+                c.answered - c.sent,
+                c.sent
+            )
+        })
+        .collect()
+}
+
+/// No 5xx but the documented 503s, and nothing else unexpected.
+pub fn statuses(calls: &[Call]) -> Vec<String> {
+    calls
+        .iter()
+        .filter(|c| matches!(c.status, Some(s) if s >= 500 && s != 503))
+        .map(|c| format!("{} answered {:?} at {:.0}", c.what, c.status, c.answered))
+        .collect()
+}
+
+fn by_object(holds: &[Hold]) -> BTreeMap<String, Vec<Hold>> {
+    let mut map: BTreeMap<String, Vec<Hold>> = BTreeMap::new();
+    for h in holds {
+        map.entry(h.object.clone()).or_default().push(h.clone());
+    }
+    map
+}
+
+#[cfg(test)]
+mod planted {
+    //! Each checker on a clean history, then on the same history with one
+    //! fault planted: it must pass the first and report the second.
+
+    use super::*;
+
+    fn hold(holder: &str, mode: Mode, token: u64, sent: f64, granted: f64, until: f64) -> Hold {
+        Hold {
+            object: "x".into(),
+            holder: holder.into(),
+            mode,
+            token,
+            sent,
+            granted,
+            valid_until: until,
+        }
+    }
+
+    #[test]
+    fn overlapping_exclusive_holds_are_reported() {
+        let clean = [
+            hold("a", Mode::Exclusive, 1, 0.0, 5.0, 100.0),
+            hold("b", Mode::Exclusive, 2, 50.0, 120.0, 200.0),
+            hold("r1", Mode::Shared, 3, 200.0, 210.0, 300.0),
+            hold("r2", Mode::Shared, 4, 205.0, 215.0, 300.0),
+        ];
+        assert_eq!(exclusive_holds(&clean), Vec::<String>::new());
+        let mut planted = clean.to_vec();
+        planted.push(hold("w", Mode::Exclusive, 5, 250.0, 260.0, 400.0));
+        assert_eq!(
+            exclusive_holds(&planted).len(),
+            2,
+            "the writer overlaps both readers"
+        );
+    }
+
+    #[test]
+    fn tokens_out_of_real_time_order_are_reported() {
+        let clean = [
+            hold("a", Mode::Exclusive, 1, 0.0, 5.0, 100.0),
+            hold("b", Mode::Exclusive, 2, 50.0, 120.0, 200.0),
+            // Concurrent requests may be granted in either order.
+            hold("c", Mode::Shared, 4, 300.0, 320.0, 400.0),
+            hold("d", Mode::Shared, 3, 301.0, 321.0, 400.0),
+        ];
+        assert_eq!(fencing_order(&clean), Vec::<String>::new());
+        let mut planted = clean.to_vec();
+        planted.push(hold("e", Mode::Exclusive, 2, 500.0, 510.0, 600.0));
+        assert!(!fencing_order(&planted).is_empty());
+    }
+
+    #[test]
+    fn permits_past_the_limit_are_reported() {
+        let clean = [
+            hold("a", Mode::Permits(2), 1, 0.0, 5.0, 100.0),
+            hold("b", Mode::Permits(1), 2, 0.0, 6.0, 100.0),
+            hold("c", Mode::Permits(1), 3, 90.0, 100.0, 200.0),
+        ];
+        assert_eq!(permits_within(&clean, 3), Vec::<String>::new());
+        let mut planted = clean.to_vec();
+        planted.push(hold("d", Mode::Permits(1), 4, 40.0, 50.0, 60.0));
+        assert_eq!(permits_within(&planted, 3).len(), 1);
+    }
+
+    #[test]
+    fn permits_that_come_back_late_are_reported() {
+        let on_time = PermitsBack {
+            object: "s".into(),
+            expired_by: 1000.0,
+            regained: 1800.0,
+            excused_ms: 0.0,
+        };
+        let excused = PermitsBack {
+            regained: 4000.0,
+            excused_ms: 2500.0,
+            ..on_time.clone()
+        };
+        assert_eq!(
+            permits_come_back(&[on_time.clone(), excused], 1000.0),
+            Vec::<String>::new()
+        );
+        let late = PermitsBack {
+            regained: 2100.0,
+            ..on_time
+        };
+        assert_eq!(permits_come_back(&[late], 1000.0).len(), 1);
+    }
+
+    #[test]
+    fn a_stale_write_during_a_valid_hold_is_reported() {
+        let holds = [hold("a", Mode::Exclusive, 1, 0.0, 5.0, 100.0)];
+        let write = |at: f64, accepted: bool| FencedWrite {
+            object: "x".into(),
+            holder: "a".into(),
+            token: 1,
+            at,
+            accepted,
+        };
+        // Rejected after its hold ended: fencing doing its job.
+        assert_eq!(
+            fenced_writes(&[write(10.0, true), write(150.0, false)], &holds),
+            Vec::<String>::new()
+        );
+        assert_eq!(fenced_writes(&[write(50.0, false)], &holds).len(), 1);
+    }
+
+    #[test]
+    fn a_later_waiter_granted_first_is_reported() {
+        let a = FairWaiter {
+            object: "f".into(),
+            holder: "a".into(),
+            first_sent: 0.0,
+            queued: Some(10.0),
+            kept_until: 500.0,
+            granted: Some((500.0, 510.0)),
+        };
+        let b_after = FairWaiter {
+            holder: "b".into(),
+            first_sent: 20.0,
+            queued: Some(30.0),
+            kept_until: 600.0,
+            granted: Some((600.0, 610.0)),
+            ..a.clone()
+        };
+        // A waiter that arrived before `a` was queued may go first.
+        let c_before = FairWaiter {
+            holder: "c".into(),
+            first_sent: 5.0,
+            queued: None,
+            kept_until: 5.0,
+            granted: Some((5.0, 300.0)),
+            ..a.clone()
+        };
+        assert_eq!(
+            fair_no_barging(&[a.clone(), b_after.clone(), c_before]),
+            Vec::<String>::new()
+        );
+        let barging = FairWaiter {
+            granted: Some((400.0, 450.0)),
+            ..b_after
+        };
+        assert_eq!(fair_no_barging(&[a, barging]).len(), 1);
+    }
+
+    #[test]
+    fn latch_faults_are_reported() {
+        let clean = LatchRound {
+            object: "l".into(),
+            last_key_sent: 100.0,
+            opened: 110.0,
+            count_before_last: Some(1),
+            waits: vec![
+                (0.0, 50.0, false),
+                (50.0, 112.0, true),
+                (120.0, 121.0, true),
+            ],
+        };
+        assert_eq!(
+            latch_rounds(std::slice::from_ref(&clean), 500.0),
+            Vec::<String>::new()
+        );
+        let early = LatchRound {
+            waits: vec![(50.0, 90.0, true)],
+            ..clean.clone()
+        };
+        let counted_twice = LatchRound {
+            count_before_last: Some(0),
+            ..clean.clone()
+        };
+        let lost_wake_up = LatchRound {
+            waits: vec![(50.0, 2050.0, false)],
+            ..clean.clone()
+        };
+        let stale = LatchRound {
+            waits: vec![(200.0, 201.0, false)],
+            ..clean
+        };
+        for planted in [early, counted_twice, lost_wake_up, stale] {
+            assert_eq!(
+                latch_rounds(std::slice::from_ref(&planted), 500.0).len(),
+                1,
+                "{planted:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn late_answers_and_5xx_are_reported() {
+        let call = |wait_ms: u64, took: f64, status: u16| Call {
+            what: "op".into(),
+            sent: 0.0,
+            answered: took,
+            status: Some(status),
+            wait_ms,
+        };
+        let clean = [
+            call(0, 900.0, 200),
+            call(2000, 2300.0, 409),
+            call(0, 1400.0, 503),
+        ];
+        assert_eq!(deadlines(&clean, 1000.0, 500.0), Vec::<String>::new());
+        assert_eq!(statuses(&clean), Vec::<String>::new());
+        assert_eq!(deadlines(&[call(0, 1600.0, 503)], 1000.0, 500.0).len(), 1);
+        assert_eq!(
+            deadlines(&[call(2000, 2700.0, 409)], 1000.0, 500.0).len(),
+            1
+        );
+        assert_eq!(statuses(&[call(0, 10.0, 500)]).len(), 1);
+    }
+}

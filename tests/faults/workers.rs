@@ -1,0 +1,679 @@
+//! The clients of a fault-injection run: each drives one primitive over
+//! HTTP through a random instance, the way a careful user would (long-poll,
+//! heartbeat, write to the protected resource with the fencing token,
+//! release), sometimes pausing past its lease or vanishing without a
+//! release, and records what it saw for the checkers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::checks::{Call, FairWaiter, FencedWrite, Hold, LatchRound, Mode, PermitsBack};
+
+/// A small deterministic generator (xorshift64*), one per client, seeded
+/// from the run's seed so that a run can be repeated.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `low..high`.
+    pub fn range(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next() % (high - low).max(1)
+    }
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.range(0, 100) < percent
+    }
+}
+
+/// Everything the clients recorded.
+#[derive(Default)]
+pub struct Record {
+    pub holds: Vec<Hold>,
+    pub calls: Vec<Call>,
+    pub writes: Vec<FencedWrite>,
+    pub fair: Vec<FairWaiter>,
+    pub latches: Vec<LatchRound>,
+    pub permits_back: Vec<PermitsBack>,
+    /// Client-side failures (no answer, or an answer the client did not
+    /// expect), by kind: reported, not judged.
+    pub failures: HashMap<String, u64>,
+}
+
+pub struct Ctx {
+    pub start: Instant,
+    pub urls: Vec<String>,
+    pub client: reqwest::Client,
+    pub record: Mutex<Record>,
+    pub stop: AtomicBool,
+    /// The highest token written to each protected resource.
+    fenced: Mutex<HashMap<String, u64>>,
+    holder_seq: std::sync::atomic::AtomicU64,
+}
+
+/// What one answer said.
+pub struct Answer {
+    pub status: Option<u16>,
+    pub body: Value,
+    pub sent: f64,
+    pub answered: f64,
+}
+
+impl Answer {
+    pub fn is(&self, status: u16) -> bool {
+        self.status == Some(status)
+    }
+}
+
+impl Ctx {
+    pub fn new(urls: Vec<String>) -> Arc<Ctx> {
+        Arc::new(Ctx {
+            start: Instant::now(),
+            urls,
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(4)
+                .build()
+                .expect("an HTTP client"),
+            record: Mutex::new(Record::default()),
+            stop: AtomicBool::new(false),
+            fenced: Mutex::new(HashMap::new()),
+            holder_seq: Default::default(),
+        })
+    }
+
+    pub fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1000.0
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub fn holder(&self, prefix: &str) -> String {
+        let n = self.holder_seq.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{n}")
+    }
+
+    pub fn failed(&self, kind: &str) {
+        *self
+            .record
+            .lock()
+            .failures
+            .entry(kind.to_string())
+            .or_default() += 1;
+    }
+
+    /// One request through a random instance, recorded as a [`Call`].
+    pub async fn call(
+        &self,
+        rng: &mut Rng,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        wait_ms: u64,
+        idempotency_key: Option<&str>,
+    ) -> Answer {
+        let url = &self.urls[rng.range(0, self.urls.len() as u64) as usize];
+        let mut request = self
+            .client
+            .request(method.clone(), format!("{url}{path}"))
+            .timeout(Duration::from_millis(wait_ms + 15_000));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
+        }
+        let sent = self.now();
+        let response = request.send().await;
+        let (status, body) = match response {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                (Some(status), r.json().await.unwrap_or(Value::Null))
+            }
+            Err(_) => (None, Value::Null),
+        };
+        let answered = self.now();
+        let what = format!("{method} {}", path.split('?').next().unwrap_or(path));
+        if status.is_none() {
+            self.failed("no answer (instance killed?)");
+        }
+        self.record.lock().calls.push(Call {
+            what,
+            sent,
+            answered,
+            status,
+            wait_ms,
+        });
+        Answer {
+            status,
+            body,
+            sent,
+            answered,
+        }
+    }
+
+    /// Writes to the protected resource `object`: accepted unless a higher
+    /// token was written before.
+    pub fn write_fenced(&self, object: &str, holder: &str, token: u64) {
+        let at = self.now();
+        let accepted = {
+            let mut fenced = self.fenced.lock();
+            let highest = fenced.entry(object.to_string()).or_default();
+            let accepted = token >= *highest;
+            if accepted {
+                *highest = token;
+            }
+            accepted
+        };
+        self.record.lock().writes.push(FencedWrite {
+            object: object.to_string(),
+            holder: holder.to_string(),
+            token,
+            at,
+            accepted,
+        });
+    }
+}
+
+async fn sleep_ms(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// The routes and body of one kind of hold.
+#[derive(Clone)]
+pub enum Kind {
+    Lock,
+    FairLock,
+    Read,
+    Write,
+    Semaphore,
+    Redlock,
+    /// A multi-lock over these lock names.
+    Multi(Vec<String>),
+}
+
+impl Kind {
+    fn acquire_path(&self, object: &str) -> String {
+        match self {
+            Kind::Lock => format!("/locks/{object}/acquire"),
+            Kind::FairLock => format!("/fair-locks/{object}/acquire"),
+            Kind::Read => format!("/rwlocks/{object}/read/acquire"),
+            Kind::Write => format!("/rwlocks/{object}/write/acquire"),
+            Kind::Semaphore => format!("/semaphores/{object}/acquire"),
+            Kind::Redlock => format!("/redlocks/{object}/acquire"),
+            Kind::Multi(_) => "/multilocks/acquire".to_string(),
+        }
+    }
+
+    fn base(&self, object: &str) -> String {
+        match self {
+            Kind::Lock => format!("/locks/{object}"),
+            Kind::FairLock => format!("/fair-locks/{object}"),
+            Kind::Read | Kind::Write => format!("/rwlocks/{object}"),
+            Kind::Semaphore => format!("/semaphores/{object}"),
+            Kind::Redlock => format!("/redlocks/{object}"),
+            Kind::Multi(_) => "/multilocks".to_string(),
+        }
+    }
+
+    fn mode(&self, permits: u64) -> Mode {
+        match self {
+            Kind::Read => Mode::Shared,
+            Kind::Semaphore => Mode::Permits(permits),
+            _ => Mode::Exclusive,
+        }
+    }
+}
+
+/// The holds one grant gave: (object, token).
+fn granted_holds(kind: &Kind, object: &str, body: &Value) -> Vec<(String, u64)> {
+    match kind {
+        Kind::Multi(_) => body["locks"]
+            .as_array()
+            .map(|locks| {
+                locks
+                    .iter()
+                    .map(|l| {
+                        (
+                            l["name"].as_str().unwrap_or_default().to_string(),
+                            l["fencing_token"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => vec![(
+            object.to_string(),
+            body["fencing_token"].as_u64().unwrap_or(0),
+        )],
+    }
+}
+
+/// How long a grant is certainly valid, counted from its request's sending:
+/// RedLock's validity (the lease less the time the nodes took and the
+/// drift), else the lease.
+fn certain_ms(kind: &Kind, body: &Value, lease_ms: u64) -> f64 {
+    match kind {
+        Kind::Redlock => body["validity_ms"].as_u64().unwrap_or(0) as f64,
+        _ => lease_ms as f64,
+    }
+}
+
+/// Acquires (polling until granted, the run stops, or `polls` run out) and,
+/// for a fair lock, records the waiter's place. Returns the grant's answer.
+async fn acquire(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    kind: &Kind,
+    object: &str,
+    holder: &str,
+    lease_ms: u64,
+    permits: u64,
+) -> Option<Answer> {
+    let fair = matches!(kind, Kind::FairLock);
+    let mut waiter = FairWaiter {
+        object: object.to_string(),
+        holder: holder.to_string(),
+        first_sent: f64::NAN,
+        queued: None,
+        kept_until: f64::NAN,
+        granted: None,
+    };
+    // Whether every poll so far kept the place (answered, and the next sent
+    // well within the queue grace).
+    let mut intact = true;
+    let mut last_answered: Option<f64> = None;
+    let mut result = None;
+    for _ in 0..20 {
+        if ctx.stopping() {
+            break;
+        }
+        let wait_ms = rng.range(200, 2000);
+        let mut body = json!({"holder": holder, "lease_ms": lease_ms, "wait_ms": wait_ms});
+        match kind {
+            Kind::Semaphore => body["permits"] = json!(permits),
+            Kind::Multi(names) => body["names"] = json!(names),
+            _ => {}
+        }
+        let path = kind.acquire_path(object);
+        let answer = ctx
+            .call(rng, reqwest::Method::POST, &path, Some(body), wait_ms, None)
+            .await;
+        if waiter.first_sent.is_nan() {
+            waiter.first_sent = answer.sent;
+            waiter.kept_until = answer.sent;
+        }
+        if let Some(previous) = last_answered {
+            let gap = answer.sent - previous;
+            intact &= gap < (crate::cluster::QUEUE_GRACE_MS as f64) / 2.0;
+        }
+        if intact && waiter.queued.is_some() {
+            waiter.kept_until = answer.sent;
+        }
+        match answer.status {
+            Some(201) => {
+                waiter.granted = Some((answer.sent, answer.answered));
+                result = Some(answer);
+                break;
+            }
+            Some(409) => {
+                if intact && fair {
+                    waiter.queued.get_or_insert(answer.answered);
+                    waiter.kept_until = answer.answered;
+                }
+                last_answered = Some(answer.answered);
+                // A short pause, well within the queue grace.
+                sleep_ms(rng.range(0, 50)).await;
+            }
+            other => {
+                intact = false;
+                ctx.failed(&format!("acquire answered {other:?}"));
+                sleep_ms(rng.range(50, 300)).await;
+                last_answered = Some(ctx.now());
+            }
+        }
+    }
+    if fair {
+        ctx.record.lock().fair.push(waiter);
+    }
+    result
+}
+
+/// Repeats holding `object` (or, for a multi-lock, its set) until the run
+/// stops: acquire, write with the token, heartbeat, sometimes pause past the
+/// lease or vanish, release. Records every hold.
+pub async fn hold_loop(
+    ctx: Arc<Ctx>,
+    mut rng: Rng,
+    kinds: Vec<Kind>,
+    object: String,
+    max_permits: u64,
+) {
+    while !ctx.stopping() {
+        let kind = kinds[rng.range(0, kinds.len() as u64) as usize].clone();
+        let holder = ctx.holder(&object);
+        let lease_ms = rng.range(600, 1500);
+        let permits = rng.range(1, max_permits + 1);
+        let Some(grant) = acquire(&ctx, &mut rng, &kind, &object, &holder, lease_ms, permits).await
+        else {
+            continue;
+        };
+        let holds = granted_holds(&kind, &object, &grant.body);
+        let mut valid_until = grant.sent + certain_ms(&kind, &grant.body, lease_ms);
+        let mut lost = false;
+        let mut vanished = false;
+        for _ in 0..rng.range(1, 4) {
+            if ctx.stopping() {
+                break;
+            }
+            // Most of the time act well within the lease; sometimes pause
+            // past it, as a client stalled by GC or a frozen VM would.
+            let paused_past = rng.chance(8);
+            let pause = if paused_past {
+                lease_ms + rng.range(100, 600)
+            } else {
+                rng.range(20, lease_ms / 3)
+            };
+            sleep_ms(pause).await;
+            // Fencing orders exclusive holders; shared ones (read holds,
+            // permits) write concurrently by design.
+            if kind.mode(permits) == Mode::Exclusive {
+                for (object, token) in &holds {
+                    ctx.write_fenced(object, &holder, *token);
+                }
+            }
+            if rng.chance(5) {
+                // Crashed: no heartbeat, no release.
+                vanished = true;
+                break;
+            }
+            let (path, body) = match &kind {
+                Kind::Multi(names) => (
+                    "/multilocks/heartbeat".to_string(),
+                    json!({"names": names, "holder": holder, "lease_ms": lease_ms}),
+                ),
+                _ => (
+                    format!("{}/holders/{holder}/heartbeat", kind.base(&object)),
+                    json!({"lease_ms": lease_ms}),
+                ),
+            };
+            let beat = ctx
+                .call(&mut rng, reqwest::Method::POST, &path, Some(body), 0, None)
+                .await;
+            match beat.status {
+                Some(200) => {
+                    let renewed = beat.sent + certain_ms(&kind, &beat.body, lease_ms);
+                    valid_until = valid_until.max(renewed);
+                }
+                Some(404) => {
+                    lost = true;
+                    break;
+                }
+                other => ctx.failed(&format!("heartbeat answered {other:?}")),
+            }
+        }
+        if !vanished && !lost {
+            let mode = match kind {
+                Kind::Read => "?mode=read",
+                Kind::Write => "?mode=write",
+                _ => "",
+            };
+            let released = match &kind {
+                Kind::Multi(names) => {
+                    ctx.call(
+                        &mut rng,
+                        reqwest::Method::POST,
+                        "/multilocks/release",
+                        Some(json!({"names": names, "holder": holder})),
+                        0,
+                        None,
+                    )
+                    .await
+                }
+                _ => {
+                    let path = format!("{}/holders/{holder}{mode}", kind.base(&object));
+                    ctx.call(&mut rng, reqwest::Method::DELETE, &path, None, 0, None)
+                        .await
+                }
+            };
+            valid_until = valid_until.min(released.sent);
+            if !(released.is(200) || released.is(404)) {
+                ctx.failed(&format!("release answered {:?}", released.status));
+            }
+        }
+        let mut record = ctx.record.lock();
+        for (object, token) in holds {
+            record.holds.push(Hold {
+                object,
+                holder: holder.clone(),
+                mode: kind.mode(permits),
+                token,
+                sent: grant.sent,
+                granted: grant.answered,
+                valid_until,
+            });
+        }
+    }
+}
+
+/// Configures a semaphore, retrying through faults.
+pub async fn configure_semaphore(ctx: &Ctx, rng: &mut Rng, name: &str, permits: u64) {
+    for _ in 0..100 {
+        let answer = ctx
+            .call(
+                rng,
+                reqwest::Method::PUT,
+                &format!("/semaphores/{name}"),
+                Some(json!({"permits": permits})),
+                0,
+                None,
+            )
+            .await;
+        if answer.is(200) {
+            return;
+        }
+        sleep_ms(100).await;
+    }
+    panic!("could not configure semaphore {name}");
+}
+
+/// A holder takes every permit of `name` and vanishes; a prober then waits
+/// for them: they must come back within the lease (+ the checker's slack).
+pub async fn permits_back_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String, permits: u64) {
+    let lease_ms = 800;
+    while !ctx.stopping() {
+        let crashed = ctx.holder("crashed");
+        let body =
+            json!({"holder": crashed, "permits": permits, "lease_ms": lease_ms, "wait_ms": 3000});
+        let path = format!("/semaphores/{name}/acquire");
+        let grant = ctx
+            .call(
+                &mut rng,
+                reqwest::Method::POST,
+                &path,
+                Some(body),
+                3000,
+                None,
+            )
+            .await;
+        if !grant.is(201) {
+            sleep_ms(200).await;
+            continue;
+        }
+        let expired_by = grant.answered + lease_ms as f64;
+        let prober = ctx.holder("prober");
+        let regained = loop {
+            let body =
+                json!({"holder": prober, "permits": permits, "lease_ms": 2000, "wait_ms": 3000});
+            let answer = ctx
+                .call(
+                    &mut rng,
+                    reqwest::Method::POST,
+                    &path,
+                    Some(body),
+                    3000,
+                    None,
+                )
+                .await;
+            if answer.is(201) {
+                break Some(answer.answered);
+            }
+            if ctx.stopping() && ctx.now() > expired_by + 20_000.0 {
+                break None;
+            }
+            if !answer.is(409) {
+                sleep_ms(100).await;
+            }
+        };
+        let Some(regained) = regained else { break };
+        ctx.record.lock().permits_back.push(PermitsBack {
+            object: name.clone(),
+            expired_by,
+            regained,
+            excused_ms: 0.0,
+        });
+        let release = format!("/semaphores/{name}/holders/{prober}");
+        ctx.call(&mut rng, reqwest::Method::DELETE, &release, None, 0, None)
+            .await;
+    }
+}
+
+/// Rounds of a latch: set to 3, counted down with three idempotency keys,
+/// each sent several times, while three clients wait on it.
+pub async fn latch_loop(ctx: Arc<Ctx>, mut rng: Rng, prefix: String) {
+    let mut round = 0;
+    while !ctx.stopping() {
+        round += 1;
+        let name = format!("{prefix}-{round}");
+        let base = format!("/latches/{name}");
+        let set = retry(
+            &ctx,
+            &mut rng,
+            reqwest::Method::PUT,
+            &base,
+            Some(json!({"count": 3, "ttl_ms": 120000})),
+            None,
+        )
+        .await;
+        if set.is_none() {
+            continue;
+        }
+        let waits = Arc::new(Mutex::new(Vec::new()));
+        let open = Arc::new(AtomicBool::new(false));
+        let mut waiters = Vec::new();
+        for i in 0..3 {
+            let (ctx, waits, open, name) = (ctx.clone(), waits.clone(), open.clone(), name.clone());
+            let mut rng = Rng::new(rng.next() ^ i);
+            waiters.push(tokio::spawn(async move {
+                let started = ctx.now();
+                while !open.load(Ordering::Relaxed) && ctx.now() - started < 60_000.0 {
+                    let wait_ms = rng.range(300, 2500);
+                    let path = format!("/latches/{name}/wait?wait_ms={wait_ms}");
+                    let answer = ctx
+                        .call(&mut rng, reqwest::Method::GET, &path, None, wait_ms, None)
+                        .await;
+                    if answer.is(200) {
+                        let is_open = answer.body["open"].as_bool().unwrap_or(false);
+                        waits.lock().push((answer.sent, answer.answered, is_open));
+                        if is_open {
+                            break;
+                        }
+                    } else {
+                        sleep_ms(50).await;
+                    }
+                }
+            }));
+        }
+        let mut latch = LatchRound {
+            object: name.clone(),
+            ..LatchRound::default()
+        };
+        let path = format!("{base}/count-down");
+        for key in 0..3 {
+            let idempotency_key = format!("{name}-key-{key}");
+            if key == 2 {
+                let state = retry(&ctx, &mut rng, reqwest::Method::GET, &base, None, None).await;
+                latch.count_before_last = state.and_then(|s| s["count"].as_u64());
+                sleep_ms(rng.range(0, 800)).await;
+            }
+            let mut acknowledged = false;
+            let mut first_sent = f64::NAN;
+            for attempt in 0..40 {
+                let answer = ctx
+                    .call(
+                        &mut rng,
+                        reqwest::Method::POST,
+                        &path,
+                        Some(json!({})),
+                        0,
+                        Some(&idempotency_key),
+                    )
+                    .await;
+                if first_sent.is_nan() {
+                    first_sent = answer.sent;
+                }
+                if answer.is(200) && !acknowledged {
+                    acknowledged = true;
+                    if key == 2 {
+                        latch.opened = answer.answered;
+                    }
+                }
+                // Sent at least twice, and until acknowledged.
+                if acknowledged && attempt > rng.range(0, 2) {
+                    break;
+                }
+                sleep_ms(rng.range(10, 150)).await;
+            }
+            if key == 2 {
+                latch.last_key_sent = first_sent;
+            }
+            if !acknowledged {
+                ctx.failed("a count-down was never acknowledged");
+            }
+        }
+        for waiter in waiters {
+            let _ = waiter.await;
+        }
+        latch.waits = std::mem::take(&mut *waits.lock());
+        if latch.opened > 0.0 {
+            ctx.record.lock().latches.push(latch);
+        }
+        retry(&ctx, &mut rng, reqwest::Method::DELETE, &base, None, None).await;
+    }
+}
+
+/// Sends a request that does not wait until it is answered 2xx (at most
+/// about 20 s); returns the body.
+async fn retry(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+    key: Option<&str>,
+) -> Option<Value> {
+    for _ in 0..100 {
+        let answer = ctx
+            .call(rng, method.clone(), path, body.clone(), 0, key)
+            .await;
+        if matches!(answer.status, Some(200..=299)) {
+            return Some(answer.body);
+        }
+        sleep_ms(200).await;
+    }
+    ctx.failed(&format!("{method} {path} never succeeded"));
+    None
+}
