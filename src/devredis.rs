@@ -188,6 +188,23 @@ impl RedisServer {
         }
     }
 
+    /// Kills the server's client connections of one `CLIENT KILL TYPE`
+    /// (`normal`, `pubsub`, ...) but the one asking, as a network blip or
+    /// an operator would; returns how many were killed. Fault injection.
+    pub async fn kill_clients(&self, kind: &str) -> redis::RedisResult<i64> {
+        let mut conn = redis::Client::open(self.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut conn)
+            .await
+    }
+
     /// The last lines of the server's log, for failure messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();

@@ -92,17 +92,8 @@ async fn a_wait_survives_killed_connections_and_is_granted_before_its_deadline()
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     let waiter = app.held_with_waiter("blip", ("x", 1500), ("w", 8000)).await;
-    let mut conn = redis_conn(&redis).await;
     for kind in ["pubsub", "normal"] {
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg(kind)
-            .arg("SKIPME")
-            .arg("yes")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        redis.kill_clients(kind).await.unwrap();
     }
     let started = Instant::now();
     let response = waiter.await.unwrap();

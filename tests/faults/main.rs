@@ -97,7 +97,6 @@ async fn nemesis(
     until: f64,
 ) -> Vec<(f64, f64, String)> {
     let mut windows = Vec::new();
-    let mut conn = cluster.redis_conn().await;
     while ctx.now() < until {
         tokio::time::sleep(Duration::from_millis(rng.range(300, 1500))).await;
         let started = ctx.now();
@@ -111,14 +110,7 @@ async fn nemesis(
             }
             kind @ (1 | 2) => {
                 let kind = if kind == 1 { "pubsub" } else { "normal" };
-                let killed: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("TYPE")
-                    .arg(kind)
-                    .arg("SKIPME")
-                    .arg("yes")
-                    .query_async(&mut conn)
-                    .await;
+                let killed = cluster.redis.kill_clients(kind).await;
                 format!("CLIENT KILL TYPE {kind} ({killed:?})")
             }
             3 => {
@@ -133,7 +125,6 @@ async fn nemesis(
                 cluster.redis.stop();
                 tokio::time::sleep(Duration::from_millis(down)).await;
                 tokio::task::block_in_place(|| cluster.redis.restart()).expect("Redis restarts");
-                conn = cluster.redis_conn().await;
                 format!("Redis kill -9, {down} ms down, restart (AOF)")
             }
         };

@@ -494,13 +494,14 @@ pub async fn configure_semaphore(ctx: &Ctx, rng: &mut Rng, name: &str, permits: 
 /// for them: they must come back within the lease (+ the checker's slack).
 pub async fn permits_back_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String, permits: u64) {
     let lease_ms = 800;
-    while !ctx.stopping() {
-        let crashed = ctx.holder("crashed");
+    let path = format!("/semaphores/{name}/acquire");
+    // Every permit for `holder`, waiting up to 3 s.
+    let take_all = |rng: &mut Rng, holder: String, lease_ms: u64| {
         let body =
-            json!({"holder": crashed, "permits": permits, "lease_ms": lease_ms, "wait_ms": 3000});
-        let path = format!("/semaphores/{name}/acquire");
-        let grant = ctx
-            .call(
+            json!({"holder": holder, "permits": permits, "lease_ms": lease_ms, "wait_ms": 3000});
+        let (ctx, path, mut rng) = (ctx.clone(), path.clone(), Rng::new(rng.next()));
+        async move {
+            ctx.call(
                 &mut rng,
                 reqwest::Method::POST,
                 &path,
@@ -508,7 +509,11 @@ pub async fn permits_back_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String, permit
                 3000,
                 None,
             )
-            .await;
+            .await
+        }
+    };
+    while !ctx.stopping() {
+        let grant = take_all(&mut rng, ctx.holder("crashed"), lease_ms).await;
         if !grant.is(201) {
             sleep_ms(200).await;
             continue;
@@ -516,18 +521,7 @@ pub async fn permits_back_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String, permit
         let expired_by = grant.answered + lease_ms as f64;
         let prober = ctx.holder("prober");
         let regained = loop {
-            let body =
-                json!({"holder": prober, "permits": permits, "lease_ms": 2000, "wait_ms": 3000});
-            let answer = ctx
-                .call(
-                    &mut rng,
-                    reqwest::Method::POST,
-                    &path,
-                    Some(body),
-                    3000,
-                    None,
-                )
-                .await;
+            let answer = take_all(&mut rng, prober.clone(), 2000).await;
             if answer.is(201) {
                 break Some(answer.answered);
             }
