@@ -106,6 +106,7 @@ pub(super) fn with_bounds(mut doc: serde_json::Value, config: &Config) -> serde_
 ///   the schema itself with `required: false`, with the schema's example on
 ///   the media type, so Swagger UI pre-fills a valid request.
 /// - A multi-lock's `names` get `uniqueItems: true`.
+/// - Links from a grant and from a creation to what follows ([`add_links`]).
 pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
     use serde_json::{Map, Value};
     let mut doc = serde_json::to_value(doc).expect("the OpenAPI document serializes");
@@ -170,5 +171,107 @@ pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
             }
         }
     }
+    add_links(&mut doc);
     doc
+}
+
+/// OpenAPI links, so that Swagger UI, client generators and Schemathesis's
+/// stateful tests know what follows an answer: an acquire's 201 links to
+/// the heartbeat, release and state of the same resource with the holder
+/// from the answer (and a rwlock's release with the mode acquired), and
+/// creating a semaphore or a latch (`configure_…`, `set_…`) links to every
+/// operation on it that takes no holder. A multi-lock's follow-ups take
+/// their set in the body, which a link cannot build, so it has none.
+fn add_links(doc: &mut serde_json::Value) {
+    use serde_json::{Map, Value, json};
+    struct Operation {
+        id: String,
+        resource: String,
+        parameters: Vec<String>,
+        status: &'static str,
+    }
+    let mut operations = Vec::new();
+    for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+        for operation in item.as_object().into_iter().flat_map(|o| o.values()) {
+            let id = operation["operationId"].as_str().unwrap_or_default();
+            let parameters = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["name"].as_str().map(str::to_owned))
+                .collect();
+            let status = match operation["responses"].get("201") {
+                Some(_) => "201",
+                None => "200",
+            };
+            operations.push(Operation {
+                id: id.to_owned(),
+                resource: path
+                    .trim_start_matches('/')
+                    .split('/')
+                    .next()
+                    .unwrap_or("")
+                    .to_owned(),
+                parameters,
+                status,
+            });
+        }
+    }
+    let has = |o: &Operation, p: &str| o.parameters.iter().any(|q| q == p);
+    let mut links: Vec<(String, &'static str, Map<String, Value>)> = Vec::new();
+    for from in operations.iter().filter(|o| has(o, "name")) {
+        let action = from.id.split('_').next().unwrap_or("");
+        let mode = ["read", "write"]
+            .into_iter()
+            .find(|m| from.id.ends_with(&format!("_{m}")));
+        let targets = operations
+            .iter()
+            .filter(|to| to.resource == from.resource && to.id != from.id);
+        let mut found = Map::new();
+        for to in targets {
+            let to_action = to.id.split('_').next().unwrap_or("");
+            let linked = match action {
+                "acquire" => matches!(to_action, "heartbeat" | "release" | "get"),
+                "configure" | "set" => has(to, "name") && !has(to, "holder"),
+                _ => false,
+            };
+            if !linked {
+                continue;
+            }
+            let mut parameters = Map::new();
+            parameters.insert("name".into(), json!("$request.path.name"));
+            if has(to, "holder") {
+                parameters.insert("holder".into(), json!("$response.body#/holder"));
+            }
+            if let Some(mode) = mode.filter(|_| has(to, "mode")) {
+                parameters.insert("mode".into(), json!(mode));
+            }
+            found.insert(
+                to.id.clone(),
+                json!({"operationId": to.id, "parameters": parameters}),
+            );
+        }
+        if !found.is_empty() {
+            links.push((from.id.clone(), from.status, found));
+        }
+    }
+    for item in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|o| o.values_mut())
+        {
+            let id = operation["operationId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if let Some((_, status, found)) = links.iter().find(|(from, _, _)| *from == id) {
+                operation["responses"][*status]["links"] = Value::Object(found.clone());
+            }
+        }
+    }
 }

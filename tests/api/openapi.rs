@@ -348,3 +348,95 @@ async fn every_operation_with_a_body_answers_and_documents_415() {
     }
     assert_eq!(checked, 17, "operations with a body");
 }
+
+/// What a client (or Schemathesis's stateful phase) does after a grant is
+/// linked from it: an acquire's 201 links to the heartbeat, release and
+/// state of the same resource with the holder from the answer, and creating
+/// a semaphore or a latch links to what can be done with it. Every link
+/// names an existing operation and only parameters it has.
+#[test]
+fn grants_and_creations_link_to_what_follows() {
+    let doc = document();
+    let by_id: BTreeMap<String, Value> = operations(&doc)
+        .into_iter()
+        .map(|(_, _, o)| (o["operationId"].as_str().unwrap_or_default().to_string(), o))
+        .collect();
+    let expected: [(&str, &str, &[&str]); 9] = [
+        (
+            "acquire_lock",
+            "201",
+            &["heartbeat_lock", "release_lock", "get_lock"],
+        ),
+        (
+            "acquire_fair_lock",
+            "201",
+            &["heartbeat_fair_lock", "release_fair_lock", "get_fair_lock"],
+        ),
+        (
+            "acquire_rwlock_read",
+            "201",
+            &["heartbeat_rwlock", "release_rwlock", "get_rwlock"],
+        ),
+        (
+            "acquire_rwlock_write",
+            "201",
+            &["heartbeat_rwlock", "release_rwlock", "get_rwlock"],
+        ),
+        (
+            "acquire_semaphore",
+            "201",
+            &["heartbeat_semaphore", "release_semaphore", "get_semaphore"],
+        ),
+        (
+            "acquire_redlock",
+            "201",
+            &["heartbeat_redlock", "release_redlock", "get_redlock"],
+        ),
+        (
+            "configure_semaphore",
+            "200",
+            &["acquire_semaphore", "get_semaphore", "delete_semaphore"],
+        ),
+        (
+            "set_latch",
+            "201",
+            &[
+                "count_down_latch",
+                "wait_latch",
+                "get_latch",
+                "delete_latch",
+            ],
+        ),
+        ("acquire_multilock", "201", &[]),
+    ];
+    for (id, status, targets) in expected {
+        let links = &by_id[id]["responses"][status]["links"];
+        let linked: BTreeSet<&str> = links
+            .as_object()
+            .map(|l| {
+                l.values()
+                    .filter_map(|v| v["operationId"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(linked, targets.iter().copied().collect(), "links of {id}");
+        for link in links.as_object().into_iter().flat_map(|l| l.values()) {
+            let target = &by_id[link["operationId"].as_str().unwrap()];
+            let parameters: BTreeSet<&str> = target["parameters"]
+                .as_array()
+                .map(|p| p.iter().filter_map(|p| p["name"].as_str()).collect())
+                .unwrap_or_default();
+            for (name, value) in link["parameters"].as_object().expect("link parameters") {
+                assert!(
+                    parameters.contains(name.as_str()),
+                    "{id} → {link}: no parameter {name}"
+                );
+                assert!(value.is_string(), "{id} → {link}");
+            }
+            assert_eq!(
+                link["parameters"]["name"], "$request.path.name",
+                "{id} → {link}"
+            );
+        }
+    }
+}
