@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
+scripts/ensure-package.sh curl curl
 cargo build --locked --quiet --bin latchkey
 target_dir=${CARGO_TARGET_DIR:-target}
 log=${LATCHKEY_SERVER_LOG:-$target_dir/dev-server.log}
