@@ -126,6 +126,16 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub field: Option<String>,
+    /// On `out-of-range`: the smallest value the member accepts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub minimum: Option<u64>,
+    /// On `out-of-range`: the largest value the member accepts (for
+    /// `wait_ms`, this server's longest long-poll: a client that wants to
+    /// wait longer polls again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub maximum: Option<u64>,
     /// Where waiters queue fairly: how many are ahead of this request.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -180,6 +190,8 @@ impl ApiError {
                 detail: detail.into(),
                 retry_after_ms: None,
                 field: None,
+                minimum: None,
+                maximum: None,
                 position: None,
                 available: None,
                 blocked_by: None,
@@ -196,6 +208,13 @@ impl ApiError {
     /// Names the request member a problem is about.
     pub fn with_field(mut self, field: &str) -> Self {
         self.problem.field = Some(field.to_string());
+        self
+    }
+
+    /// States the range the member accepts (on `out-of-range`).
+    pub fn with_range(mut self, minimum: u64, maximum: u64) -> Self {
+        self.problem.minimum = Some(minimum);
+        self.problem.maximum = Some(maximum);
         self
     }
 
@@ -412,7 +431,8 @@ impl From<WaitError> for ApiError {
                 "permits must be at most the semaphore's {permits} permits; a request for \
                  more could never be granted"
             ))
-            .with_field("permits"),
+            .with_field("permits")
+            .with_range(1, permits),
         }
     }
 }

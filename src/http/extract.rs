@@ -169,7 +169,8 @@ impl Millis {
                 "{field} must be between {min} and {max}, got {}",
                 self.0
             ))
-            .with_field(field));
+            .with_field(field)
+            .with_range(min, max));
         }
         Ok(self.0 as u64)
     }

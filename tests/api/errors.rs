@@ -104,12 +104,24 @@ async fn out_of_range_durations_are_rejected() {
         ..test_config(&redis)
     })
     .await;
-    assert_problem(
+    let problem = assert_problem(
         tight.acquire("r", json!({"wait_ms": 1001})).await,
         400,
         "out-of-range",
     )
     .await;
+    // A client that waits longer than one long-poll learns the bound from
+    // the answer and polls in pieces that fit.
+    assert_eq!(problem["field"], "wait_ms", "{problem}");
+    assert_eq!(problem["minimum"], 0, "{problem}");
+    assert_eq!(problem["maximum"], 1000, "{problem}");
+    let problem = assert_problem(
+        tight.acquire("r", json!({"lease_ms": 99})).await,
+        400,
+        "out-of-range",
+    )
+    .await;
+    assert_eq!(problem["minimum"], 100, "{problem}");
     assert_eq!(
         tight.acquire("r", json!({"lease_ms": 100})).await.status(),
         201
