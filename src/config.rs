@@ -168,7 +168,9 @@ pub struct Config {
     name = "latchkey",
     version,
     about = "latchkey: distributed locks and synchronizers over HTTP, backed by Redis",
-    after_help = "Settings: defaults < TOML file (--config or LATCHKEY_CONFIG) < environment < flags."
+    after_help = "Settings: defaults < TOML file (--config or LATCHKEY_CONFIG) < environment < flags.\n\
+                  `latchkey serve [settings]` is the same as `latchkey [settings]`.\n\
+                  Client tools: latchkey lock|rwlock|semaphore|latch --help."
 )]
 struct Cli {
     /// TOML file of settings (keys as in latchkey.example.toml).
@@ -398,6 +400,12 @@ fn parse(
     args: Vec<OsString>,
     read_file: impl Fn(&str) -> std::io::Result<String>,
 ) -> Result<Invocation, ConfigError> {
+    let mut args = args;
+    // `latchkey serve …` is `latchkey …` (the client tools are the other
+    // subcommands).
+    if args.get(1).is_some_and(|arg| arg == "serve") {
+        args.remove(1);
+    }
     let matches = match command.clone().try_get_matches_from(&args) {
         Ok(matches) => matches,
         Err(e) => return clap_error(e, &command, &args),
@@ -526,6 +534,7 @@ fn unknown_variables(known: &[String], names: impl IntoIterator<Item = String>) 
     let mut unknown: Vec<String> = names
         .into_iter()
         .filter(|name| name.starts_with("LATCHKEY_") && !known.contains(name))
+        .filter(|name| !crate::cli::VARIABLES.contains(&name.as_str()))
         .collect();
     unknown.sort();
     unknown
@@ -743,6 +752,13 @@ mod tests {
     }
 
     #[test]
+    fn serve_is_the_server_with_its_settings() {
+        let c = run(&["serve", "--max-wait-ms", "3000"], None).unwrap();
+        assert_eq!(c.max_wait_ms, 3000);
+        assert!(run(&["serve", "serve"], None).is_err());
+    }
+
+    #[test]
     fn flag_with_equals_sign_is_accepted() {
         let c = run(&["--redis-url=redis://127.0.0.1:7000/0"], None).unwrap();
         assert_eq!(c.redis_urls, vec!["redis://127.0.0.1:7000/0".to_string()]);
@@ -893,7 +909,17 @@ mod tests {
         ];
         let warnings = unknown_variables(
             &known,
-            ["LATCHKEY_MAX_WAITERZ", "LATCHKEY_MAX_WAITERS", "HOME"].map(String::from),
+            // The client tools' variables (a shell may set LATCHKEY_URL for
+            // them, and a command run under a lock gets the others) are no
+            // typo of a setting.
+            [
+                "LATCHKEY_MAX_WAITERZ",
+                "LATCHKEY_MAX_WAITERS",
+                "HOME",
+                "LATCHKEY_URL",
+                "LATCHKEY_FENCING_TOKEN",
+            ]
+            .map(String::from),
         );
         assert_eq!(
             warnings,

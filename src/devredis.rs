@@ -110,7 +110,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        die_with_parent(&mut command);
+        crate::child::die_with_parent(&mut command);
         let child = command
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
@@ -342,24 +342,3 @@ fn ping(port: u16) -> bool {
     let mut buf = [0u8; 7];
     stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
-
-/// Asks the kernel to SIGTERM the child when the thread that spawned it
-/// exits, so a killed latchkey leaves no orphaned redis-server. Because it
-/// is tied to the spawning *thread*, start servers from a long-lived thread
-/// (the main thread, or a test's own thread), never from a pooled one.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls prctl, which is async-signal-safe and touches no shared state.
-    unsafe {
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_parent(_: &mut Command) {}

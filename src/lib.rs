@@ -29,8 +29,13 @@
 //! - [`counted`]: the user-counted map the hub and the engine keep their state in.
 //! - [`metrics`], [`telemetry`]: Prometheus registry and JSON logs.
 //! - [`devredis`]: private redis-server processes for dev mode, tests and the benchmark.
+//! - [`cli`]: `latchkey` as a client: run a command under a lock, a read or
+//!   write lock or semaphore permits; wait on or count down a latch.
+//! - [`child`]: child processes (dev-mode servers, the CLI's command).
 
 pub mod app;
+pub mod child;
+pub mod cli;
 pub mod config;
 pub mod coord;
 pub mod counted;

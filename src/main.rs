@@ -1,10 +1,15 @@
-//! The `latchkey` binary: parse config → init telemetry → run.
+//! The `latchkey` binary: parse config → init telemetry → run; or, with a
+//! client subcommand (`lock`, `rwlock`, `semaphore`, `latch`), a client.
 
 use std::process::ExitCode;
 
 use latchkey::config::{self, Invocation};
 
 fn main() -> ExitCode {
+    let args: Vec<_> = std::env::args_os().collect();
+    if let Some(code) = latchkey::cli::run_if_client(&args) {
+        return code;
+    }
     let (config, warnings) = match config::from_process() {
         Ok(Invocation::Run { config, warnings }) => (config, warnings),
         Ok(Invocation::Help) => {

@@ -1,0 +1,483 @@
+//! `latchkey` as a client of a latchkey service, in the same binary as the
+//! server: run a command under a lock, a read or write lock or semaphore
+//! permits, wait on a latch or count one down (README "Client tools").
+//!
+//! ```text
+//! latchkey lock NAME [--fair] [--wait-ms N] [--lease-ms N] [--holder ID] -- cmd args…
+//! latchkey rwlock NAME --read|--write … -- cmd args…
+//! latchkey semaphore NAME [--permits K] … -- cmd args…
+//! latchkey latch wait NAME [--wait-ms N]
+//! latchkey latch count-down NAME [--by N] [--idempotency-key K]
+//! ```
+
+mod service;
+mod supervise;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use reqwest::Method;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+use service::{Answer, Failure, Service};
+use supervise::Hold;
+
+/// Exit codes of the client commands besides the command's own (and 128+n
+/// for a command ended by signal n); README "Client tools" lists them.
+pub mod exit {
+    /// The service refused the request (a bad name or value, a semaphore
+    /// or latch that does not exist), or the command line is wrong.
+    pub const USAGE: u8 = 64;
+    /// The service could not be reached, or kept failing, within the wait.
+    pub const UNAVAILABLE: u8 = 69;
+    /// Not acquired within the wait (a latch: not open within the wait).
+    pub const NOT_ACQUIRED: u8 = 75;
+    /// The hold was lost while the command ran; the command was stopped.
+    pub const HOLD_LOST: u8 = 76;
+    /// The command could not be started (not executable).
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found.
+    pub const NOT_FOUND: u8 = 127;
+}
+
+/// The first words that make `latchkey` a client rather than the server.
+const SUBCOMMANDS: [&str; 4] = ["lock", "rwlock", "semaphore", "latch"];
+
+/// Variables the client tools read or set, which the server knows are not
+/// its own settings.
+pub const VARIABLES: [&str; 4] = [
+    "LATCHKEY_URL",
+    "LATCHKEY_NAME",
+    "LATCHKEY_HOLDER",
+    "LATCHKEY_FENCING_TOKEN",
+];
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "latchkey",
+    version,
+    about = "latchkey's client tools: run a command under a lock, or use a latch",
+    after_help = "Exit codes: the command's own (128+n if signal n ended it); \
+                  64 refused or bad usage; 69 latchkey unreachable; \
+                  75 not acquired (latch: not open) within the wait; \
+                  76 the hold was lost and the command stopped; \
+                  126/127 the command could not be run. \
+                  `latchkey` or `latchkey serve` runs the server."
+)]
+struct ClientCli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command while holding a lock (reentrant; --fair for a fair lock).
+    Lock {
+        /// The lock's name.
+        name: String,
+        /// Use a fair lock (/fair-locks): granted in order of arrival.
+        #[arg(long)]
+        fair: bool,
+        #[command(flatten)]
+        hold: HoldArgs,
+    },
+    /// Run a command while holding a read or a write lock of a read-write lock.
+    Rwlock {
+        /// The read-write lock's name.
+        name: String,
+        /// Hold the read lock (shared with other readers).
+        #[arg(long, conflicts_with = "write", required_unless_present = "write")]
+        read: bool,
+        /// Hold the write lock (exclusive).
+        #[arg(long)]
+        write: bool,
+        #[command(flatten)]
+        hold: HoldArgs,
+    },
+    /// Run a command while holding permits of a semaphore (configured with PUT first).
+    Semaphore {
+        /// The semaphore's name.
+        name: String,
+        /// How many permits to hold.
+        #[arg(long, default_value_t = 1)]
+        permits: u64,
+        #[command(flatten)]
+        hold: HoldArgs,
+    },
+    /// Wait on a count-down latch, or count one down.
+    #[command(subcommand)]
+    Latch(LatchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum LatchCommand {
+    /// Wait until the latch opens; exit 0 when it is open, 75 when the wait passed.
+    Wait {
+        /// The latch's name.
+        name: String,
+        #[command(flatten)]
+        service: ServiceArgs,
+        /// How long to wait, in ms (0: look once); without it, until it opens.
+        #[arg(long)]
+        wait_ms: Option<u64>,
+    },
+    /// Count the latch down; prints its count and whether it opened.
+    CountDown {
+        /// The latch's name.
+        name: String,
+        #[command(flatten)]
+        service: ServiceArgs,
+        /// How much to count down.
+        #[arg(long, default_value_t = 1)]
+        by: u64,
+        /// Counts once however often it is sent (within 10 minutes); a
+        /// random key is used when none is given, so this command's own
+        /// retry counts once.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ServiceArgs {
+    /// latchkey's base URL.
+    #[arg(long, env = "LATCHKEY_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+}
+
+#[derive(Debug, Args)]
+struct HoldArgs {
+    #[command(flatten)]
+    service: ServiceArgs,
+    /// How long to wait for the hold, in ms (0: try once); without it, until acquired.
+    #[arg(long)]
+    wait_ms: Option<u64>,
+    /// The hold's lease, in ms (renewed by heartbeats while the command runs);
+    /// the service's default when omitted.
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    /// The holder id (a capability: whoever knows it can renew and release
+    /// the hold); a random one when omitted.
+    #[arg(long)]
+    holder: Option<String>,
+    /// After the hold is lost, how long the command has between SIGTERM
+    /// and SIGKILL, in ms.
+    #[arg(long, visible_alias = "kill-after", default_value_t = 10_000)]
+    kill_after_ms: u64,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// Runs the client command when `args` (with the program name first) asks
+/// for one, or `None` when they are the server's.
+pub fn run_if_client(args: &[OsString]) -> Option<ExitCode> {
+    let first = args.get(1)?.to_str()?;
+    if !SUBCOMMANDS.contains(&first) {
+        return None;
+    }
+    let cli = match ClientCli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return Some(ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 }));
+        }
+    };
+    // One thread: the command is spawned from the main thread, which lives
+    // as long as latchkey does (see `child::die_with_parent`).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts");
+    Some(ExitCode::from(runtime.block_on(run(cli.command))))
+}
+
+async fn run(command: Command) -> u8 {
+    let outcome = match command {
+        Command::Lock { name, fair, hold } => {
+            let kind = if fair { Kind::FairLock } else { Kind::Lock };
+            hold_and_run(Target { kind, name }, hold).await
+        }
+        Command::Rwlock {
+            name, write, hold, ..
+        } => {
+            let kind = if write { Kind::Write } else { Kind::Read };
+            hold_and_run(Target { kind, name }, hold).await
+        }
+        Command::Semaphore {
+            name,
+            permits,
+            hold,
+        } => {
+            let kind = Kind::Semaphore { permits };
+            hold_and_run(Target { kind, name }, hold).await
+        }
+        Command::Latch(LatchCommand::Wait {
+            name,
+            service,
+            wait_ms,
+        }) => latch_wait(&name, &service.url, wait_ms).await,
+        Command::Latch(LatchCommand::CountDown {
+            name,
+            service,
+            by,
+            idempotency_key,
+        }) => count_down(&name, &service.url, by, idempotency_key).await,
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(Stop { code, message }) => {
+            eprintln!("latchkey: {message}");
+            code
+        }
+    }
+}
+
+/// Why a client command ends without running (or finishing) its work.
+struct Stop {
+    code: u8,
+    message: String,
+}
+
+impl Stop {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Stop {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The stop for a failed request about `what`.
+    fn from_failure(what: &str, failure: Failure) -> Self {
+        match failure {
+            Failure::NotYet(answer) => Stop::new(
+                exit::NOT_ACQUIRED,
+                format!("{what}: not acquired within the wait: {}", answer.detail()),
+            ),
+            Failure::Refused(answer) => {
+                Stop::new(exit::USAGE, format!("{what}: refused: {}", answer.detail()))
+            }
+            Failure::Unavailable(why) => Stop::new(exit::UNAVAILABLE, format!("{what}: {why}")),
+        }
+    }
+}
+
+/// Which kind of hold a command runs under.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    Lock,
+    FairLock,
+    Read,
+    Write,
+    Semaphore { permits: u64 },
+}
+
+/// One object to hold.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub kind: Kind,
+    pub name: String,
+}
+
+impl Target {
+    /// The object's path (`/locks/orders`).
+    fn object(&self) -> String {
+        let collection = match self.kind {
+            Kind::Lock => "locks",
+            Kind::FairLock => "fair-locks",
+            Kind::Read | Kind::Write => "rwlocks",
+            Kind::Semaphore { .. } => "semaphores",
+        };
+        format!("/{collection}/{}", segment(&self.name))
+    }
+
+    fn acquire_path(&self) -> String {
+        match self.kind {
+            Kind::Read => format!("{}/read/acquire", self.object()),
+            Kind::Write => format!("{}/write/acquire", self.object()),
+            _ => format!("{}/acquire", self.object()),
+        }
+    }
+
+    fn holder_path(&self, holder: &str) -> String {
+        format!("{}/holders/{}", self.object(), segment(holder))
+    }
+
+    /// The release's path: a read-write lock's names the mode it releases.
+    fn release_path(&self, holder: &str) -> String {
+        match self.kind {
+            Kind::Read => format!("{}?mode=read", self.holder_path(holder)),
+            Kind::Write => format!("{}?mode=write", self.holder_path(holder)),
+            _ => self.holder_path(holder),
+        }
+    }
+
+    /// How messages name it: `lock orders`, `read lock of rwlock orders`.
+    fn describe(&self) -> String {
+        match self.kind {
+            Kind::Lock => format!("lock {}", self.name),
+            Kind::FairLock => format!("fair lock {}", self.name),
+            Kind::Read => format!("read lock of rwlock {}", self.name),
+            Kind::Write => format!("write lock of rwlock {}", self.name),
+            Kind::Semaphore { permits } => {
+                format!("{permits} permit(s) of semaphore {}", self.name)
+            }
+        }
+    }
+}
+
+/// A name or holder as one path segment. Valid ones are URL-safe as they
+/// are; anything else is escaped so the service refuses it by name.
+fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"._~:-".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// A random 128-bit holder id: the client names its holder itself so that
+/// the polls of one wait are one waiter (a fair queue keeps its place).
+fn random_holder() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random number generator works");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
+    let service = Service::new(&args.service.url).map_err(|e| Stop::new(exit::USAGE, e))?;
+    let holder = args.holder.unwrap_or_else(random_holder);
+    let what = target.describe();
+    let grant = acquire(&service, &target, &holder, args.lease_ms, args.wait_ms)
+        .await
+        .map_err(|failure| Stop::from_failure(&what, failure))?;
+    let hold = Hold::new(service, target, holder, &grant);
+    supervise::run(
+        hold,
+        args.command,
+        Duration::from_millis(args.kill_after_ms),
+    )
+    .await
+}
+
+/// Acquires `target` for `holder`, waiting as asked.
+async fn acquire(
+    service: &Service,
+    target: &Target,
+    holder: &str,
+    lease_ms: Option<u64>,
+    wait_ms: Option<u64>,
+) -> Result<Value, Failure> {
+    let path = target.acquire_path();
+    let answer = service
+        .wait_for(
+            wait_ms.map(Duration::from_millis),
+            |answer| {
+                answer.status == reqwest::StatusCode::CONFLICT
+                    && matches!(answer.slug(), "lock-held" | "no-permits")
+            },
+            |piece_ms, timeout| {
+                let mut body = json!({"holder": holder, "wait_ms": piece_ms});
+                if let Some(lease_ms) = lease_ms {
+                    body["lease_ms"] = json!(lease_ms);
+                }
+                if let Kind::Semaphore { permits } = target.kind {
+                    body["permits"] = json!(permits);
+                }
+                let path = &path;
+                async move {
+                    service
+                        .call(Method::POST, path, Some(&body), HeaderMap::new(), timeout)
+                        .await
+                }
+            },
+        )
+        .await?;
+    Ok(answer.body)
+}
+
+async fn latch_wait(name: &str, url: &str, wait_ms: Option<u64>) -> Result<u8, Stop> {
+    let service = Service::new(url).map_err(|e| Stop::new(exit::USAGE, e))?;
+    let what = format!("latch {name}");
+    let answer = service
+        .wait_for(
+            wait_ms.map(Duration::from_millis),
+            |answer: &Answer| answer.status.is_success() && answer.body["open"] == false,
+            |piece_ms, timeout| {
+                let path = format!("/latches/{}/wait?wait_ms={piece_ms}", segment(name));
+                let service = &service;
+                async move {
+                    service
+                        .call(Method::GET, &path, None, HeaderMap::new(), timeout)
+                        .await
+                }
+            },
+        )
+        .await;
+    match answer {
+        Ok(answer) => {
+            println!("{}", answer.body);
+            Ok(0)
+        }
+        Err(Failure::NotYet(answer)) => {
+            println!("{}", answer.body);
+            Err(Stop::new(
+                exit::NOT_ACQUIRED,
+                format!(
+                    "{what}: not open within the wait (count {})",
+                    answer.body["count"]
+                ),
+            ))
+        }
+        Err(failure) => Err(Stop::from_failure(&what, failure)),
+    }
+}
+
+async fn count_down(
+    name: &str,
+    url: &str,
+    by: u64,
+    idempotency_key: Option<String>,
+) -> Result<u8, Stop> {
+    let service = Service::new(url).map_err(|e| Stop::new(exit::USAGE, e))?;
+    let what = format!("latch {name}");
+    let key = idempotency_key.unwrap_or_else(random_holder);
+    let key = HeaderValue::from_str(&key)
+        .map_err(|_| Stop::new(exit::USAGE, "--idempotency-key must be printable ASCII"))?;
+    let path = format!("/latches/{}/count-down", segment(name));
+    let body = json!({"by": by});
+    // A count-down with a key may be repeated safely: a lost answer or a
+    // 503 is retried for up to 10 s, and counts once.
+    let answer = service
+        .wait_for(
+            Some(Duration::from_secs(10)),
+            |_| false,
+            |_, _| {
+                let mut headers = HeaderMap::new();
+                headers.insert("idempotency-key", key.clone());
+                let (service, path, body) = (&service, &path, &body);
+                async move {
+                    service
+                        .call(
+                            Method::POST,
+                            path,
+                            Some(body),
+                            headers,
+                            Duration::from_secs(10),
+                        )
+                        .await
+                }
+            },
+        )
+        .await
+        .map_err(|failure| Stop::from_failure(&what, failure))?;
+    println!("{}", answer.body);
+    Ok(0)
+}

@@ -1,0 +1,238 @@
+//! Runs a command under a hold: heartbeats at the service's interval while
+//! it runs, stops it when the hold is lost, forwards SIGINT, SIGTERM and
+//! SIGHUP to it, and releases the hold when it exits.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use reqwest::Method;
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, sleep_until};
+
+use super::service::Service;
+use super::{Stop, Target, exit};
+
+/// The longest a release may take before latchkey gives up on it (the
+/// lease then frees the hold).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A hold the client has, and how to keep it.
+pub struct Hold {
+    service: Service,
+    target: Target,
+    holder: String,
+    fencing_token: u64,
+    /// When the hold ends by the client's own clock unless renewed: the
+    /// lease counted from when the request that granted or renewed it was
+    /// sent (it may have started a little later on the service).
+    valid_until: Instant,
+    interval: Duration,
+}
+
+impl Hold {
+    /// The hold a grant describes, taken by a request sent at most now.
+    pub fn new(service: Service, target: Target, holder: String, grant: &Value) -> Self {
+        let mut hold = Hold {
+            service,
+            target,
+            holder,
+            fencing_token: grant["fencing_token"].as_u64().unwrap_or(0),
+            valid_until: Instant::now(),
+            interval: Duration::ZERO,
+        };
+        hold.renewed(grant, Instant::now());
+        hold
+    }
+
+    /// Takes in a grant of a request sent at `sent`.
+    fn renewed(&mut self, grant: &Value, sent: Instant) {
+        let lease = Duration::from_millis(grant["expires_in_ms"].as_u64().unwrap_or(0));
+        self.valid_until = sent + lease;
+        self.interval = Duration::from_millis(grant["heartbeat_interval_ms"].as_u64().unwrap_or(0))
+            .max(Duration::from_millis(50));
+    }
+
+    /// Heartbeats until the hold is lost, and says why it was. A heartbeat
+    /// that fails for another reason than "not held" is tried again at a
+    /// third of the interval while the lease lasts by the client's clock.
+    async fn keep(&mut self) -> String {
+        let path = format!("{}/heartbeat", self.target.holder_path(&self.holder));
+        let mut next = Instant::now() + self.interval;
+        loop {
+            sleep_until(next.min(self.valid_until)).await;
+            let sent = Instant::now();
+            let left = self.valid_until.saturating_duration_since(sent);
+            if left.is_zero() {
+                return "no heartbeat succeeded before the lease ended".into();
+            }
+            let answer = self
+                .service
+                .call(
+                    Method::POST,
+                    &path,
+                    Some(&json!({})),
+                    HeaderMap::new(),
+                    left,
+                )
+                .await;
+            match answer {
+                Ok(answer) if answer.status == StatusCode::OK => {
+                    self.renewed(&answer.body, sent);
+                    next = sent + self.interval;
+                }
+                Ok(answer) if answer.status == StatusCode::NOT_FOUND => {
+                    return format!("the service says it is not held: {}", answer.detail());
+                }
+                Ok(_) | Err(_) => next = Instant::now() + self.interval / 3,
+            }
+        }
+    }
+
+    /// Releases the hold.
+    async fn release(&self) -> Released {
+        let path = self.target.release_path(&self.holder);
+        let answer = self
+            .service
+            .call(
+                Method::DELETE,
+                &path,
+                None,
+                HeaderMap::new(),
+                RELEASE_TIMEOUT,
+            )
+            .await;
+        match answer {
+            Ok(answer) if answer.status == StatusCode::OK => Released::Done,
+            Ok(answer) if answer.status == StatusCode::NOT_FOUND => {
+                Released::NotHeld(answer.detail())
+            }
+            Ok(answer) => Released::Unknown(answer.detail()),
+            Err(why) => Released::Unknown(why),
+        }
+    }
+}
+
+/// What a release came to.
+enum Released {
+    Done,
+    /// The service says the hold was gone already.
+    NotHeld(String),
+    /// No answer, or an error: the lease frees the hold.
+    Unknown(String),
+}
+
+/// How the command ended.
+enum Ended {
+    Exited(ExitStatus),
+    /// The hold was lost, for this reason, and then the command exited.
+    Lost(String, ExitStatus),
+}
+
+/// Runs `command` under `hold`; returns latchkey's exit code.
+pub async fn run(mut hold: Hold, command: Vec<OsString>, kill_after: Duration) -> Result<u8, Stop> {
+    let what = hold.target.describe();
+    // Before the command starts, so no signal meant for it can end latchkey.
+    let mut signals = [
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ]
+    .map(|s| s.expect("signal handlers install"));
+    let [interrupt, terminate, hangup] = &mut signals;
+    let mut child = match spawn(&hold, &command) {
+        Ok(child) => child,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+            let _ = hold.release().await;
+            return Err(Stop::new(code, format!("cannot run {:?}: {e}", command[0])));
+        }
+    };
+    let pid = child.id().expect("a running child has a pid");
+
+    let mut lost: Option<String> = None;
+    let mut kill_at: Option<Instant> = None;
+    let status = {
+        let keep = hold.keep();
+        tokio::pin!(keep);
+        loop {
+            tokio::select! {
+                // Cancel safety: Child::wait can be polled again after any
+                // other branch ran.
+                status = child.wait() => break status,
+                why = &mut keep, if lost.is_none() => {
+                    eprintln!(
+                        "latchkey: lost the {what}: {why}; sending SIGTERM to the command \
+                         (SIGKILL in {} ms)",
+                        kill_after.as_millis()
+                    );
+                    crate::child::signal(pid, libc::SIGTERM);
+                    lost = Some(why);
+                    kill_at = Some(Instant::now() + kill_after);
+                }
+                _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                    crate::child::signal(pid, libc::SIGKILL);
+                    kill_at = None;
+                }
+                _ = interrupt.recv() => { crate::child::signal(pid, libc::SIGINT); }
+                _ = terminate.recv() => { crate::child::signal(pid, libc::SIGTERM); }
+                _ = hangup.recv() => { crate::child::signal(pid, libc::SIGHUP); }
+            }
+        }
+    };
+    let status = status
+        .map_err(|e| Stop::new(exit::UNAVAILABLE, format!("waiting for the command: {e}")))?;
+    let ended = match lost {
+        // Said already, when it was lost.
+        Some(_) => Ended::Lost(String::new(), status),
+        None => match hold.release().await {
+            Released::Done => Ended::Exited(status),
+            // Not held when the command ended: it may have run past the
+            // hold's end, so this is a lost hold too.
+            Released::NotHeld(why) => Ended::Lost(format!(" ({why})"), status),
+            Released::Unknown(why) => {
+                eprintln!("latchkey: could not release the {what} ({why}); its lease will free it");
+                Ended::Exited(status)
+            }
+        },
+    };
+    match ended {
+        Ended::Exited(status) => Ok(code_of(status)),
+        Ended::Lost(why, status) => Err(Stop::new(
+            exit::HOLD_LOST,
+            format!(
+                "the {what} was lost while the command ran{why}; the command ended with {}",
+                code_of(status)
+            ),
+        )),
+    }
+}
+
+/// Starts the command with the hold in its environment.
+fn spawn(hold: &Hold, command: &[OsString]) -> std::io::Result<tokio::process::Child> {
+    let mut std_command = std::process::Command::new(&command[0]);
+    std_command
+        .args(&command[1..])
+        .env("LATCHKEY_NAME", &hold.target.name)
+        .env("LATCHKEY_HOLDER", &hold.holder)
+        .env("LATCHKEY_FENCING_TOKEN", hold.fencing_token.to_string());
+    crate::child::die_with_parent(&mut std_command);
+    tokio::process::Command::from(std_command).spawn()
+}
+
+/// The shell's convention: the exit code, or 128+n for signal n.
+fn code_of(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.saturating_add(signal as u8),
+        (None, None) => exit::UNAVAILABLE,
+    }
+}

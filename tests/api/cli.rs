@@ -1,0 +1,575 @@
+//! The client tools: the real `latchkey` binary run as `latchkey lock … --
+//! cmd` (and rwlock, semaphore, latch) against the real app.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+use crate::helpers::*;
+
+/// `latchkey ARGS…` against `app`, with no LATCHKEY_URL inherited.
+fn latchkey(app: &TestApp, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_latchkey"));
+    command
+        .args(args)
+        .env("LATCHKEY_URL", &app.base)
+        .kill_on_drop(true);
+    command
+}
+
+async fn output(app: &TestApp, args: &[&str]) -> Output {
+    let output = latchkey(app, args).output().await.expect("latchkey runs");
+    eprintln!(
+        "latchkey {args:?}: {:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn spawn(app: &TestApp, args: &[&str]) -> Child {
+    latchkey(app, args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("latchkey starts")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn lock_runs_the_command_with_the_hold_in_its_environment_and_exits_with_its_code() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let output = output(
+        &app,
+        &[
+            "lock",
+            "orders",
+            "--holder",
+            "cron-1",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LATCHKEY_NAME $LATCHKEY_HOLDER $LATCHKEY_FENCING_TOKEN\"; exit 3",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(stdout(&output), "orders cron-1 1\n");
+    let state = app.state("orders").await;
+    assert_eq!(
+        state["locked"], false,
+        "released after the command: {state}"
+    );
+    assert_eq!(state["fencing_token"], 1);
+}
+
+#[tokio::test]
+async fn a_command_ended_by_a_signal_exits_128_plus_its_number_and_releases() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let output = output(&app, &["lock", "sig", "--", "sh", "-c", "kill -USR1 $$"]).await;
+    assert_eq!(output.status.code(), Some(128 + 10));
+    assert_eq!(app.state("sig").await["locked"], false);
+}
+
+#[tokio::test]
+async fn the_hold_is_renewed_across_several_leases_while_the_command_runs() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // A 600 ms lease and a command that takes 2.5 s: four leases.
+    let mut child = spawn(
+        &app,
+        &["lock", "long", "--lease-ms", "600", "--", "sleep", "2.5"],
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let first = app.state("long").await;
+    assert_eq!(first["locked"], true, "{first}");
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        let state = app.state("long").await;
+        assert_eq!(state["locked"], true, "still held: {state}");
+        assert_eq!(
+            state["fencing_token"], first["fencing_token"],
+            "the same hold"
+        );
+    }
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(app.state("long").await["locked"], false);
+}
+
+#[tokio::test]
+async fn not_acquired_within_the_wait_exits_75_with_one_line_and_never_runs_the_command() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("busy", json!({"holder": "other"})).await;
+    let started = Instant::now();
+    let refused = output(
+        &app,
+        &[
+            "lock",
+            "busy",
+            "--wait-ms",
+            "300",
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(75));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(stdout(&refused), "", "the command never ran");
+    let lines: Vec<_> = stderr(&refused).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("lock busy") && lines[0].contains("not acquired"),
+        "{lines:?}"
+    );
+    // --wait-ms 0 tries once.
+    let once = output(&app, &["lock", "busy", "--wait-ms", "0", "--", "true"]).await;
+    assert_eq!(once.status.code(), Some(75));
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_the_services_longest_long_poll_is_polled_in_pieces() {
+    let redis = redis();
+    let app = spawn_app(Config {
+        max_wait_ms: 500,
+        ..test_config(&redis)
+    })
+    .await;
+    let grant = app
+        .must_acquire("slow", json!({"holder": "other", "lease_ms": 1500}))
+        .await;
+    assert_eq!(grant["lease_ms"], 1500);
+    // The lease runs out after 1.5 s, three long-polls of the service's
+    // longest (500 ms) later.
+    let output = output(&app, &["lock", "slow", "--wait-ms", "5000", "--", "true"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(app.state("slow").await["fencing_token"], 2);
+}
+
+#[tokio::test]
+async fn a_lost_hold_stops_the_command_with_sigterm_and_exits_76() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // Heartbeats every 300 ms; the command notes SIGTERM and exits.
+    let mut child = spawn(
+        &app,
+        &[
+            "lock",
+            "jobs",
+            "--lease-ms",
+            "900",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo terminated; exit 9' TERM; sleep 30 & wait",
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.state("jobs").await["locked"] == true
+        })
+        .await
+    );
+    let unlocked = Instant::now();
+    let forced = app.delete_json("/locks/jobs").await;
+    assert_eq!(forced["released"], true);
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("latchkey ends after the lost hold")
+        .unwrap();
+    // Noticed by the next heartbeat: within one interval (300 ms) plus slack.
+    assert!(
+        unlocked.elapsed() < Duration::from_millis(300 + 500),
+        "stopped after {:?}",
+        unlocked.elapsed()
+    );
+    assert_eq!(status.code(), Some(76));
+    let output = child.wait_with_output().await.unwrap();
+    assert_eq!(stdout(&output), "terminated\n", "the command got SIGTERM");
+    assert!(
+        stderr(&output).contains("lost the lock jobs"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[tokio::test]
+async fn a_command_that_ignores_sigterm_after_a_lost_hold_is_killed_after_the_grace() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut child = spawn(
+        &app,
+        &[
+            "lock",
+            "stubborn",
+            "--lease-ms",
+            "900",
+            "--kill-after",
+            "400",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; sleep 30",
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.state("stubborn").await["locked"] == true
+        })
+        .await
+    );
+    app.delete_json("/locks/stubborn").await;
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("the command is killed")
+        .unwrap();
+    assert_eq!(status.code(), Some(76));
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        stderr(&output).contains("ended with 137"),
+        "SIGKILL: {}",
+        stderr(&output)
+    );
+}
+
+#[tokio::test]
+async fn sigterm_to_latchkey_reaches_the_command_and_the_hold_is_released() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut child = spawn(
+        &app,
+        &[
+            "lock",
+            "term",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo forwarded; exit 5' TERM; echo started; sleep 30 & wait",
+        ],
+    );
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("the command starts")
+        .unwrap();
+    assert_eq!(first.as_deref(), Some("started"));
+    assert_eq!(app.state("term").await["locked"], true);
+    latchkey::child::signal(child.id().unwrap(), libc::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("latchkey ends")
+        .unwrap();
+    assert_eq!(status.code(), Some(5), "the command's own code");
+    assert_eq!(
+        lines.next_line().await.unwrap().as_deref(),
+        Some("forwarded")
+    );
+    assert_eq!(app.state("term").await["locked"], false, "released");
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_run_exits_127_and_leaves_nothing_held() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let output = output(&app, &["lock", "missing", "--", "/no/such/command"]).await;
+    assert_eq!(output.status.code(), Some(127));
+    let state = app.state("missing").await;
+    assert_eq!(state["locked"], false, "{state}");
+    assert_eq!(state["fencing_token"], 1, "it was acquired, then released");
+}
+
+#[tokio::test]
+async fn two_commands_on_one_lock_never_overlap() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let dir = std::env::temp_dir().join(format!("latchkey-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("overlap.log");
+    let _ = std::fs::remove_file(&log);
+    // Each run appends "start TOKEN", sleeps, appends "end TOKEN".
+    let script = format!(
+        "echo start $LATCHKEY_FENCING_TOKEN >> {0}; sleep 0.2; echo end $LATCHKEY_FENCING_TOKEN >> {0}",
+        log.display()
+    );
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            spawn(
+                &app,
+                &[
+                    "lock",
+                    "shared",
+                    "--wait-ms",
+                    "10000",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            )
+        })
+        .collect();
+    for run in runs {
+        assert_eq!(run.wait_with_output().await.unwrap().status.code(), Some(0));
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    let mut last = 0;
+    for pair in lines.chunks(2) {
+        let start: u64 = pair[0].strip_prefix("start ").unwrap().parse().unwrap();
+        assert_eq!(pair[1], format!("end {start}"), "no overlap: {text}");
+        assert!(start > last, "tokens increase: {text}");
+        last = start;
+    }
+}
+
+#[tokio::test]
+async fn a_fair_lock_serves_waiting_commands_in_order_of_arrival() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let grant = app
+        .post(
+            "/fair-locks/q/acquire",
+            json!({"holder": "first", "lease_ms": 30000}),
+        )
+        .await;
+    assert_eq!(grant.status(), 201);
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let holder = format!("w{i}");
+        waiters.push(spawn(
+            &app,
+            &[
+                "lock",
+                "q",
+                "--fair",
+                "--holder",
+                &holder,
+                "--wait-ms",
+                "10000",
+                "--",
+                "sh",
+                "-c",
+                "echo $LATCHKEY_FENCING_TOKEN",
+            ],
+        ));
+        let expected = i + 1;
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                app.get_json("/fair-locks/q").await["waiters"] == expected
+            })
+            .await,
+            "waiter {i} queued"
+        );
+    }
+    let released = app
+        .client
+        .delete(app.url("/fair-locks/q/holders/first"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 200);
+    let mut tokens = Vec::new();
+    for waiter in waiters {
+        let output = waiter.wait_with_output().await.unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        tokens.push(stdout(&output).trim().parse::<u64>().unwrap());
+    }
+    assert_eq!(tokens, [2, 3, 4], "granted in order of arrival");
+}
+
+#[tokio::test]
+async fn rwlock_readers_share_and_a_writer_waits_for_them() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            spawn(
+                &app,
+                &[
+                    "rwlock",
+                    "doc",
+                    "--read",
+                    "--wait-ms",
+                    "0",
+                    "--",
+                    "sleep",
+                    "0.8",
+                ],
+            )
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.get_json("/rwlocks/doc").await["readers"] == 2
+        })
+        .await,
+        "both readers hold at once"
+    );
+    let writer = output(
+        &app,
+        &[
+            "rwlock",
+            "doc",
+            "--write",
+            "--wait-ms",
+            "5000",
+            "--",
+            "sh",
+            "-c",
+            "echo writing",
+        ],
+    )
+    .await;
+    assert_eq!(writer.status.code(), Some(0));
+    assert_eq!(stdout(&writer), "writing\n");
+    for reader in readers {
+        assert_eq!(
+            reader.wait_with_output().await.unwrap().status.code(),
+            Some(0)
+        );
+    }
+    let state = app.get_json("/rwlocks/doc").await;
+    assert_eq!(state["mode"], Value::Null, "all released: {state}");
+    let usage = output(&app, &["rwlock", "doc", "--", "true"]).await;
+    assert_eq!(
+        usage.status.code(),
+        Some(64),
+        "--read or --write is required"
+    );
+}
+
+#[tokio::test]
+async fn semaphore_commands_hold_their_permits_and_give_them_back() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let unconfigured = output(&app, &["semaphore", "pool", "--", "true"]).await;
+    assert_eq!(unconfigured.status.code(), Some(64));
+    assert!(
+        stderr(&unconfigured).contains("404"),
+        "{}",
+        stderr(&unconfigured)
+    );
+    let put = app
+        .client
+        .put(app.url("/semaphores/pool"))
+        .json(&json!({"permits": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let holding = spawn(
+        &app,
+        &["semaphore", "pool", "--permits", "2", "--", "sleep", "0.8"],
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.get_json("/semaphores/pool").await["available"] == 1
+        })
+        .await
+    );
+    let refused = output(
+        &app,
+        &[
+            "semaphore",
+            "pool",
+            "--permits",
+            "2",
+            "--wait-ms",
+            "0",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(75), "only one permit is left");
+    let too_many = output(&app, &["semaphore", "pool", "--permits", "4", "--", "true"]).await;
+    assert_eq!(
+        too_many.status.code(),
+        Some(64),
+        "more than the semaphore has"
+    );
+    assert_eq!(
+        holding.wait_with_output().await.unwrap().status.code(),
+        Some(0)
+    );
+    assert_eq!(app.get_json("/semaphores/pool").await["available"], 3);
+}
+
+#[tokio::test]
+async fn latch_wait_returns_when_the_latch_opens_and_count_down_counts_a_key_once() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let put = app
+        .client
+        .put(app.url("/latches/ready"))
+        .json(&json!({"count": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let closed = output(&app, &["latch", "wait", "ready", "--wait-ms", "200"]).await;
+    assert_eq!(closed.status.code(), Some(75));
+    let waiter = spawn(&app, &["latch", "wait", "ready"]);
+    for _ in 0..2 {
+        let once = output(
+            &app,
+            &["latch", "count-down", "ready", "--idempotency-key", "job-7"],
+        )
+        .await;
+        assert_eq!(once.status.code(), Some(0));
+        assert_eq!(
+            serde_json::from_str::<Value>(&stdout(&once)).unwrap(),
+            json!({"count": 1, "open": false}),
+            "the same key counts once"
+        );
+    }
+    let opened = output(&app, &["latch", "count-down", "ready"]).await;
+    assert_eq!(opened.status.code(), Some(0));
+    let waited = tokio::time::timeout(Duration::from_secs(5), waiter.wait_with_output())
+        .await
+        .expect("the waiter returns when the latch opens")
+        .unwrap();
+    assert_eq!(waited.status.code(), Some(0));
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout(&waited)).unwrap(),
+        json!({"count": 0, "open": true})
+    );
+    let gone = output(&app, &["latch", "count-down", "ready"]).await;
+    assert_eq!(gone.status.code(), Some(64), "an opened latch is gone");
+}
+
+#[tokio::test]
+async fn an_unreachable_service_exits_69() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let output = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .args(["lock", "x", "--url", &url, "--wait-ms", "0", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(69));
+    assert!(
+        stderr(&output).contains("cannot reach latchkey"),
+        "{}",
+        stderr(&output)
+    );
+}
