@@ -21,6 +21,7 @@ use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
 use crate::http;
+use crate::http::access::Keys;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::store::pubsub::Hub;
@@ -61,7 +62,15 @@ impl Application {
         } else {
             Some(RedLocks::open(&config, store.clone(), metrics.clone()).await?)
         };
+        let keys = Keys::from_config(&config)?;
+        if keys.open() {
+            tracing::warn!(
+                "no API keys are configured: anyone who reaches this port can acquire, \
+                 release, force-unlock and delete every object (set api_keys or api_keys_file)"
+            );
+        }
         let state = AppState {
+            keys,
             config: Arc::new(config),
             locks: Locks::new(store.clone(), LockKind::Plain),
             fair_locks: Locks::new(store.clone(), LockKind::Fair { grace_ms }),

@@ -104,6 +104,18 @@ pub struct Config {
     #[arg(long, env = "LATCHKEY_KEY_PREFIX", default_value = "latchkey:")]
     #[serde(deserialize_with = "de_string")]
     pub key_prefix: String,
+    /// API keys: comma-separated NAMESPACE:ROLE:SHA256 entries (ROLE client or admin, SHA256 the key's SHA-256 in hex). With none here or in api_keys_file the service is open to anyone.
+    #[arg(
+        long,
+        env = "LATCHKEY_API_KEYS",
+        value_name = "ENTRIES",
+        value_delimiter = ','
+    )]
+    #[serde(deserialize_with = "de_list")]
+    pub api_keys: Vec<String>,
+    /// A file of API key entries, one per line (e.g. a mounted Secret); read at start.
+    #[arg(long, env = "LATCHKEY_API_KEYS_FILE", value_name = "FILE")]
+    pub api_keys_file: Option<String>,
     /// Largest wait_ms a request may ask for.
     #[arg(long, env = "LATCHKEY_MAX_WAIT_MS", default_value = "60000", value_parser = whole::<u64>)]
     #[serde(deserialize_with = "de_whole")]
@@ -254,6 +266,10 @@ impl Config {
                 "{} must be 1-64 printable ASCII characters without braces, glob characters or spaces, got {prefix:?}",
                 sources.describe("key_prefix")
             ));
+        }
+
+        if let Err(e) = crate::http::access::Keys::parse(self.api_keys.iter().map(String::as_str)) {
+            return fail(format!("{}: {e}", sources.describe("api_keys")));
         }
 
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {

@@ -263,6 +263,16 @@ impl ApiError {
         )
     }
 
+    /// 401 `unauthorized`, with `WWW-Authenticate: Bearer`.
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, ProblemType::Unauthorized, detail)
+    }
+
+    /// 403 `forbidden`: the key's role may not do this.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, ProblemType::Forbidden, detail)
+    }
+
     pub fn not_held(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, ProblemType::NotHeld, detail)
     }
@@ -382,6 +392,12 @@ impl IntoResponse for ApiError {
         );
         if let Some(secs) = self.retry_after_secs {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"latchkey\""),
+            );
         }
         response
     }

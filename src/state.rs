@@ -15,6 +15,7 @@ use crate::coord::multilocks::MultiLocks;
 use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
+use crate::http::access::Keys;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::wait::WaitEngine;
@@ -44,6 +45,8 @@ pub struct AppState {
     pub redlocks: Option<RedLocks>,
     /// Count-down latches (`/latches`).
     pub latches: Latches,
+    /// The configured API keys (none: the service is open).
+    pub keys: Keys,
     /// The service's Prometheus registry.
     pub metrics: Metrics,
     /// Cancelled once on SIGTERM/Ctrl-C: open waits end with 503 `shutting-down`.

@@ -18,7 +18,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::coord::latches::{CountedDown, LatchState, Latches};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem, ProblemType};
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery, Millis, check_name, wait_from};
+use crate::http::access::{Admin, Scope};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery, Millis, wait_from};
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, NotGranted, Timing, Vocabulary};
 use crate::http::responses::{BodyErrors, NameErrors, WaitErrors, examples};
@@ -165,6 +166,7 @@ const LATCH: Vocabulary = Vocabulary {
 #[derive(Clone)]
 struct LatchWait {
     latches: Latches,
+    /// The latch, in the request's namespace.
     name: String,
 }
 
@@ -281,10 +283,11 @@ pub fn latch_exists(count: u64) -> ApiError {
 )]
 pub async fn set(
     State(state): State<AppState>,
+    Admin(scope): Admin,
     ApiPath(path): ApiPath<NamePath>,
     ApiJson(body): ApiJson<SetRequest>,
 ) -> Result<Response, ApiError> {
-    check_name(&path.name)?;
+    let name = scope.name(path.name)?;
     let count = body
         .count
         .ok_or_else(|| ApiError::invalid_body("count is required, e.g. {\"count\": 3}"))?
@@ -293,10 +296,10 @@ pub async fn set(
         None => DEFAULT_TTL_MS,
         Some(ttl) => ttl.within("ttl_ms", MIN_TTL_MS, MAX_TTL_MS)?,
     };
-    match state.latches.set(&path.name, count, ttl_ms).await? {
+    match state.latches.set(&name.key, count, ttl_ms).await? {
         Ok(count) => {
             let body = LatchStatus {
-                name: path.name,
+                name: name.name,
                 count,
                 open: false,
             };
@@ -338,17 +341,18 @@ pub async fn set(
 )]
 pub async fn count_down(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CountDownRequest>,
 ) -> Result<Json<LatchCount>, ApiError> {
-    check_name(&path.name)?;
+    let name = scope.name(path.name)?;
     let key = idempotency_key(&headers)?;
     let by = match body.by {
         None => 1,
         Some(by) => by.count("by")?,
     };
-    match state.latches.count_down(&path.name, by, key).await? {
+    match state.latches.count_down(&name.key, by, key).await? {
         CountedDown::Counted { count } | CountedDown::Replayed { count } => {
             Ok(Json(LatchCount::of(count)))
         }
@@ -373,12 +377,13 @@ pub async fn count_down(
 )]
 pub async fn state(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
 ) -> Result<Json<LatchStatus>, ApiError> {
-    check_name(&path.name)?;
-    let LatchState { count, .. } = state.latches.state(&path.name).await?;
+    let name = scope.name(path.name)?;
+    let LatchState { count, .. } = state.latches.state(&name.key).await?;
     Ok(Json(LatchStatus {
-        name: path.name,
+        name: name.name,
         count,
         open: count == 0,
     }))
@@ -398,10 +403,11 @@ pub async fn state(
 )]
 pub async fn delete(
     State(state): State<AppState>,
+    Admin(scope): Admin,
     ApiPath(path): ApiPath<NamePath>,
 ) -> Result<Json<LatchDeleted>, ApiError> {
-    check_name(&path.name)?;
-    let deleted = state.latches.delete(&path.name).await?;
+    let name = scope.name(path.name)?;
+    let deleted = state.latches.delete(&name.key).await?;
     Ok(Json(LatchDeleted { deleted }))
 }
 
@@ -433,12 +439,13 @@ pub async fn delete(
 )]
 pub async fn wait(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
     ApiQuery(query): ApiQuery<WaitQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    check_name(&path.name)?;
+    let name = scope.name(path.name)?;
     let wait_ms = match query.wait_ms {
         None => None,
         Some(raw) => Some(Millis(raw.trim().parse().map_err(|_| {
@@ -448,7 +455,7 @@ pub async fn wait(
     let wait_ms = wait_from(&state, wait_ms)?;
     let acquisition = LatchWait {
         latches: state.latches.clone(),
-        name: path.name,
+        name: name.key,
     };
     let timing = Timing { arrived, wait_ms };
     longpoll::respond(&state, headers, timing, acquisition).await

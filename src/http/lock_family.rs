@@ -17,9 +17,9 @@ use utoipa::{IntoParams, ToSchema};
 use crate::coord::locks::{LockGrant, LockKind, Locks};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
+use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
-    Millis, check_holder, check_holder_in_path, check_name, lease_from, new_holder, renewal_lease,
-    wait_from,
+    Millis, check_holder, check_holder_in_path, lease_from, new_holder, renewal_lease, wait_from,
 };
 use crate::http::longpoll::{self, Acquisition, Timing};
 use crate::state::AppState;
@@ -48,10 +48,12 @@ pub struct HolderPath {
 }
 
 impl HolderPath {
-    /// Checks the name and the holder id (both reported as path problems).
-    pub fn check(&self) -> Result<(), ApiError> {
-        check_name(&self.name)?;
-        check_holder_in_path(&self.holder)
+    /// Checks the name and the holder id (both reported as path problems)
+    /// and scopes the name to the request's namespace.
+    pub fn scoped(self, scope: &Scope) -> Result<(ScopedName, String), ApiError> {
+        let name = scope.name(self.name)?;
+        check_holder_in_path(&self.holder)?;
+        Ok((name, self.holder))
     }
 }
 
@@ -142,7 +144,7 @@ impl Grant {
 /// omitted), the lease and how long it may wait.
 pub struct Checked {
     pub arrived: Instant,
-    pub name: String,
+    pub name: ScopedName,
     pub holder: String,
     pub lease_ms: u64,
     pub wait_ms: u64,
@@ -150,9 +152,8 @@ pub struct Checked {
 
 impl Checked {
     /// `arrived` is taken first, so the wait counts from the request's arrival.
-    pub fn new(state: &AppState, name: String, body: AcquireRequest) -> Result<Self, ApiError> {
+    pub fn new(state: &AppState, name: ScopedName, body: AcquireRequest) -> Result<Self, ApiError> {
         let arrived = Instant::now();
-        check_name(&name)?;
         let holder = match body.holder {
             Some(holder) => {
                 check_holder(&holder)?;
@@ -255,7 +256,7 @@ fn naming(kind: LockKind) -> (&'static str, &'static str) {
 #[derive(Clone)]
 struct LockAcquisition {
     locks: Locks,
-    name: String,
+    name: ScopedName,
     holder: String,
     lease_ms: u64,
     /// When the request stops waiting (a fair waiter's queue entry lasts
@@ -265,7 +266,7 @@ struct LockAcquisition {
 
 impl LockAcquisition {
     fn grant(&self, grant: &LockGrant) -> Grant {
-        Grant::new(&self.name, &self.holder, grant)
+        Grant::new(&self.name.name, &self.holder, grant)
     }
 }
 
@@ -277,7 +278,7 @@ impl Acquisition for LockAcquisition {
     }
 
     fn channel(&self) -> String {
-        self.locks.wake_channel(&self.name)
+        self.locks.wake_channel(&self.name.key)
     }
 
     fn mode(&self) -> WaitMode {
@@ -290,7 +291,7 @@ impl Acquisition for LockAcquisition {
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<LockGrant>, StoreError> {
         self.locks
             .try_acquire(
-                &self.name,
+                &self.name.key,
                 &self.holder,
                 self.lease_ms,
                 Checked::wait_left_ms(self.deadline),
@@ -300,11 +301,11 @@ impl Acquisition for LockAcquisition {
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        self.locks.undo(&self.name, &self.holder, attempt).await
+        self.locks.undo(&self.name.key, &self.holder, attempt).await
     }
 
     async fn leave(&self) -> Result<(), StoreError> {
-        self.locks.leave(&self.name, &self.holder).await
+        self.locks.leave(&self.name.key, &self.holder).await
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
@@ -319,7 +320,7 @@ impl Acquisition for LockAcquisition {
         let location = format!(
             "{}/{}/holders/{}",
             naming(self.locks.kind()).0,
-            self.name,
+            self.name.name,
             self.holder
         );
         created(&location, self.grant_json(&grant))
@@ -344,7 +345,7 @@ pub fn lock_held(blocked: Blocked) -> ApiError {
 pub async fn acquire(
     state: &AppState,
     locks: &Locks,
-    name: String,
+    name: ScopedName,
     headers: HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
@@ -384,14 +385,14 @@ pub trait HoldApi: Sync {
 
     fn renew(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> impl Future<Output = Result<Option<Self::Renewed>, StoreError>> + Send;
 
     fn let_go(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         query: Self::ReleaseQuery,
     ) -> impl Future<Output = Result<Option<Self::Released>, StoreError>> + Send;
@@ -399,7 +400,7 @@ pub trait HoldApi: Sync {
     /// The state, with `waiters` waiting on this instance.
     fn status(
         &self,
-        name: String,
+        name: ScopedName,
         waiters: u64,
     ) -> impl Future<Output = Result<Self::Status, ApiError>> + Send;
 
@@ -420,22 +421,22 @@ impl HoldApi for Locks {
 
     async fn renew(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<Grant>, StoreError> {
-        let renewed = self.heartbeat(name, holder, lease_ms).await?;
-        Ok(renewed.map(|g| Grant::new(name, holder, &g)))
+        let renewed = self.heartbeat(&name.key, holder, lease_ms).await?;
+        Ok(renewed.map(|g| Grant::new(&name.name, holder, &g)))
     }
 
     async fn let_go(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         query: ReleaseQuery,
     ) -> Result<Option<Release>, StoreError> {
         let released = self
-            .release(name, holder, query.all.unwrap_or(false))
+            .release(&name.key, holder, query.all.unwrap_or(false))
             .await?;
         Ok(released.map(|r| Release {
             released: r.released,
@@ -443,10 +444,10 @@ impl HoldApi for Locks {
         }))
     }
 
-    async fn status(&self, name: String, waiters: u64) -> Result<LockStatus, ApiError> {
-        let s = self.state(&name).await?;
+    async fn status(&self, name: ScopedName, waiters: u64) -> Result<LockStatus, ApiError> {
+        let s = self.state(&name.key).await?;
         Ok(LockStatus {
-            name,
+            name: name.name,
             locked: s.locked,
             hold_count: s.hold_count,
             ttl_ms: s.ttl_ms,
@@ -465,12 +466,13 @@ impl HoldApi for Locks {
 pub async fn heartbeat<H: HoldApi>(
     state: &AppState,
     holds: &H,
+    scope: Scope,
     path: HolderPath,
     body: HeartbeatRequest,
 ) -> Result<Json<H::Renewed>, ApiError> {
-    path.check()?;
+    let (name, holder) = path.scoped(&scope)?;
     let lease = renewal_lease(state, body.lease_ms)?;
-    match holds.renew(&path.name, &path.holder, lease).await? {
+    match holds.renew(&name, &holder, lease).await? {
         Some(renewed) => Ok(Json(renewed)),
         None => Err(ApiError::not_held(H::NOT_HELD)),
     }
@@ -479,11 +481,12 @@ pub async fn heartbeat<H: HoldApi>(
 /// `DELETE …/{name}/holders/{holder}`.
 pub async fn release<H: HoldApi>(
     holds: &H,
+    scope: Scope,
     path: HolderPath,
     query: H::ReleaseQuery,
 ) -> Result<Json<H::Released>, ApiError> {
-    path.check()?;
-    match holds.let_go(&path.name, &path.holder, query).await? {
+    let (name, holder) = path.scoped(&scope)?;
+    match holds.let_go(&name, &holder, query).await? {
         Some(released) => Ok(Json(released)),
         None => Err(ApiError::not_held(H::NOT_HELD)),
     }
@@ -493,20 +496,22 @@ pub async fn release<H: HoldApi>(
 pub async fn state<H: HoldApi>(
     state: &AppState,
     holds: &H,
+    scope: Scope,
     name: String,
 ) -> Result<Json<H::Status>, ApiError> {
-    check_name(&name)?;
-    let waiters = state.engine.waiters_on(&holds.wake_channel(&name));
+    let name = scope.name(name)?;
+    let waiters = state.engine.waiters_on(&holds.wake_channel(&name.key));
     Ok(Json(holds.status(name, waiters).await?))
 }
 
 /// `DELETE …/{name}`.
 pub async fn force_unlock<H: HoldApi>(
     holds: &H,
+    scope: Scope,
     name: String,
 ) -> Result<Json<H::Removed>, ApiError> {
-    check_name(&name)?;
-    Ok(Json(holds.unlock(&name).await?))
+    let name = scope.name(name)?;
+    Ok(Json(holds.unlock(&name.key).await?))
 }
 
 /// The five routes of one lock kind: its acquire, and `hold_routes!`
@@ -564,11 +569,13 @@ macro_rules! lock_routes {
         )]
         pub async fn acquire(
             State(state): State<AppState>,
+            scope: Scope,
             ApiPath(path): ApiPath<NamePath>,
             headers: HeaderMap,
             ApiJson(body): ApiJson<AcquireRequest>,
         ) -> Result<Response, ApiError> {
-            family::acquire(&state, &state.$field, path.name, headers, body).await
+            let name = scope.name(path.name)?;
+            family::acquire(&state, &state.$field, name, headers, body).await
         }
 
         $crate::http::lock_family::hold_routes! {
@@ -618,6 +625,7 @@ macro_rules! hold_routes {
         use axum::extract::State;
 
         use $crate::error::{ApiError, Problem};
+        use $crate::http::access::{Admin, Scope};
         use $crate::http::extract::{ApiJson, ApiPath, ApiQuery};
         use $crate::http::lock_family::{self as family, HeartbeatRequest, HolderPath, NamePath};
         use $crate::http::responses::{HoldErrors, NameErrors, RenewErrors};
@@ -638,10 +646,11 @@ macro_rules! hold_routes {
         )]
         pub async fn heartbeat(
             State(state): State<AppState>,
+            scope: Scope,
             ApiPath(path): ApiPath<HolderPath>,
             ApiJson(body): ApiJson<HeartbeatRequest>,
         ) -> Result<Json<$renewed>, ApiError> {
-            family::heartbeat(&state, &state.$field, path, body).await
+            family::heartbeat(&state, &state.$field, scope, path, body).await
         }
 
         /// Release one hold (or every hold, with `?all=true`).
@@ -658,10 +667,11 @@ macro_rules! hold_routes {
         )]
         pub async fn release(
             State(state): State<AppState>,
+            scope: Scope,
             ApiPath(path): ApiPath<HolderPath>,
             ApiQuery(query): ApiQuery<$query>,
         ) -> Result<Json<$released>, ApiError> {
-            family::release(&state.$field, path, query).await
+            family::release(&state.$field, scope, path, query).await
         }
 
         /// Read the state. Never reveals a holder id.
@@ -678,9 +688,10 @@ macro_rules! hold_routes {
         )]
         pub async fn state(
             State(state): State<AppState>,
+            scope: Scope,
             ApiPath(path): ApiPath<NamePath>,
         ) -> Result<Json<$status>, ApiError> {
-            family::state(&state, &state.$field, path.name).await
+            family::state(&state, &state.$field, scope, path.name).await
         }
 
         #[doc = $remove]
@@ -697,9 +708,10 @@ macro_rules! hold_routes {
         )]
         pub async fn force_unlock(
             State(state): State<AppState>,
+            Admin(scope): Admin,
             ApiPath(path): ApiPath<NamePath>,
         ) -> Result<Json<$removed>, ApiError> {
-            family::force_unlock(&state.$field, path.name).await
+            family::force_unlock(&state.$field, scope, path.name).await
         }
     };
 }

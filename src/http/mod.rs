@@ -2,6 +2,7 @@
 //! layers ([`router`]), the OpenAPI document, extractors, and the
 //! long-poll/SSE adapter.
 
+pub mod access;
 pub mod extract;
 pub mod fair_locks;
 pub mod health;

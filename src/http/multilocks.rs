@@ -17,6 +17,7 @@ use crate::coord::locks::LockGrant;
 use crate::coord::multilocks::MultiLocks;
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
+use crate::http::access::Scope;
 use crate::http::extract::{ApiJson, Millis, check_holder, check_name, renewal_lease};
 use crate::http::lock_family::{AcquireRequest, Checked};
 use crate::http::longpoll::{self, Acquisition};
@@ -194,7 +195,10 @@ fn not_held(names: Vec<String>) -> ApiError {
 #[derive(Clone)]
 struct MultiAcquisition {
     multilocks: MultiLocks,
+    /// The names as the client gave them (answers name these).
     names: Vec<String>,
+    /// The same names in the request's namespace (what the locks are).
+    keys: Vec<String>,
     holder: String,
     lease_ms: u64,
 }
@@ -211,7 +215,7 @@ impl Acquisition for MultiAcquisition {
     }
 
     fn channels(&self) -> Vec<String> {
-        self.multilocks.wake_channels(&self.names)
+        self.multilocks.wake_channels(&self.keys)
     }
 
     fn mode(&self) -> WaitMode {
@@ -220,13 +224,13 @@ impl Acquisition for MultiAcquisition {
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<Vec<LockGrant>>, StoreError> {
         self.multilocks
-            .try_acquire(&self.names, &self.holder, self.lease_ms, attempt)
+            .try_acquire(&self.keys, &self.holder, self.lease_ms, attempt)
             .await
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
         self.multilocks
-            .undo(&self.names, &self.holder, attempt)
+            .undo(&self.keys, &self.holder, attempt)
             .await
     }
 
@@ -291,10 +295,12 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"bloc
 )]
 pub async fn acquire(
     State(state): State<AppState>,
+    scope: Scope,
     headers: HeaderMap,
     ApiJson(body): ApiJson<MultiAcquireRequest>,
 ) -> Result<Response, ApiError> {
     check_names(&body.names)?;
+    let keys = scope.names(&body.names)?;
     let rest = AcquireRequest {
         holder: body.holder,
         lease_ms: body.lease_ms,
@@ -302,11 +308,12 @@ pub async fn acquire(
     };
     // The set's first name stands for it in the checked request (the
     // names were checked above).
-    let checked = Checked::new(&state, body.names[0].clone(), rest)?;
+    let checked = Checked::new(&state, scope.name(body.names[0].clone())?, rest)?;
     let timing = checked.timing();
     let acquisition = MultiAcquisition {
         multilocks: state.multilocks.clone(),
         names: body.names,
+        keys,
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
@@ -327,14 +334,16 @@ pub async fn acquire(
 )]
 pub async fn heartbeat(
     State(state): State<AppState>,
+    scope: Scope,
     ApiJson(body): ApiJson<MultiHeartbeatRequest>,
 ) -> Result<Json<MultiGrant>, ApiError> {
     check_names(&body.names)?;
     check_holder(&body.holder)?;
+    let keys = scope.names(&body.names)?;
     let lease = renewal_lease(&state, body.lease_ms)?;
     match state
         .multilocks
-        .heartbeat(&body.names, &body.holder, lease)
+        .heartbeat(&keys, &body.holder, lease)
         .await?
     {
         Ok(holds) => Ok(Json(MultiGrant::new(&body.names, &body.holder, &holds))),
@@ -356,11 +365,13 @@ pub async fn heartbeat(
 )]
 pub async fn release(
     State(state): State<AppState>,
+    scope: Scope,
     ApiJson(body): ApiJson<MultiReleaseRequest>,
 ) -> Result<Json<MultiReleased>, ApiError> {
     check_names(&body.names)?;
     check_holder(&body.holder)?;
-    match state.multilocks.release(&body.names, &body.holder).await? {
+    let keys = scope.names(&body.names)?;
+    match state.multilocks.release(&keys, &body.holder).await? {
         Ok(freed) => Ok(Json(MultiReleased {
             released: picked(&body.names, freed),
         })),

@@ -3,6 +3,8 @@
 
 use utoipa::OpenApi;
 
+use super::access::ADMIN_OPERATIONS;
+use super::responses::examples;
 use crate::config::Config;
 use crate::error::Problem;
 
@@ -127,6 +129,7 @@ pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
             }
         }
     }
+    add_security(&mut doc);
     let Some(paths) = doc["paths"].as_object_mut() else {
         return doc;
     };
@@ -172,6 +175,91 @@ pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
         }
     }
     add_links(&mut doc);
+    doc
+}
+
+/// The name of the API-key scheme in the document.
+const SCHEME: &str = "api_key";
+
+/// Declares the API-key scheme and, on every operation but the operations
+/// endpoints', the bearer requirement with its 401, and on the
+/// admin-only operations ([`ADMIN_OPERATIONS`]) the 403.
+fn add_security(doc: &mut serde_json::Value) {
+    use serde_json::{Value, json};
+    doc["components"]["securitySchemes"] = json!({
+        SCHEME: {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key (`Authorization: Bearer <key>`), configured on the server \
+                as its SHA-256 with a namespace and a role (`client`, or `admin` for force \
+                unlock and configuring or deleting semaphores and latches). A server with no \
+                key configured is open and serves this document without the requirement."
+        }
+    });
+    let problem = |description: &str, examples: Value| {
+        json!({
+            "description": description,
+            "content": {"application/problem+json": {
+                "schema": {"$ref": "#/components/schemas/Problem"},
+                "examples": examples,
+            }},
+        })
+    };
+    let unauthorized = problem(
+        "No API key, or an unknown one (`unauthorized`); `WWW-Authenticate: Bearer`",
+        json!({"unauthorized": {"value": examples::unauthorized()}}),
+    );
+    let forbidden = problem(
+        "The API key's role is `client`; this operation needs `admin` (`forbidden`)",
+        json!({"forbidden": {"value": examples::forbidden()}}),
+    );
+    for operation in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+    {
+        let open = operation["tags"]
+            .as_array()
+            .is_some_and(|tags| tags.iter().any(|t| t == "operations"));
+        if open {
+            continue;
+        }
+        let admin = operation["operationId"]
+            .as_str()
+            .is_some_and(|id| ADMIN_OPERATIONS.contains(&id));
+        operation["security"] = json!([{ SCHEME: [] }]);
+        operation["responses"]["401"] = unauthorized.clone();
+        if admin {
+            operation["responses"]["403"] = forbidden.clone();
+        }
+    }
+}
+
+/// The document an open server (no API key configured) serves: no
+/// security requirement and no 401/403, since it answers neither.
+pub(super) fn without_security(mut doc: serde_json::Value) -> serde_json::Value {
+    if let Some(schemes) = doc["components"].as_object_mut() {
+        schemes.remove("securitySchemes");
+    }
+    for operation in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(serde_json::Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+        .filter_map(serde_json::Value::as_object_mut)
+    {
+        operation.remove("security");
+        if let Some(responses) = operation
+            .get_mut("responses")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            responses.remove("401");
+            responses.remove("403");
+        }
+    }
     doc
 }
 

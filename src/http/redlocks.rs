@@ -20,7 +20,8 @@ use utoipa::ToSchema;
 use crate::coord::redlock::{RedGrant, RedLocks, RedState};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
-use crate::http::extract::{ApiJson, ApiPath, check_name, renewal_lease};
+use crate::http::access::{Scope, ScopedName};
+use crate::http::extract::{ApiJson, ApiPath, renewal_lease};
 use crate::http::lock_family::{
     AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath, created,
 };
@@ -148,7 +149,7 @@ fn configured(state: &AppState) -> Result<&RedLocks, ApiError> {
 #[derive(Clone)]
 struct RedlockAcquisition {
     redlocks: RedLocks,
-    name: String,
+    name: ScopedName,
     holder: String,
     lease_ms: u64,
 }
@@ -161,18 +162,18 @@ impl Acquisition for RedlockAcquisition {
     }
 
     fn channel(&self) -> String {
-        self.redlocks.wake_channel(&self.name)
+        self.redlocks.wake_channel(&self.name.key)
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RedGrant>, StoreError> {
         self.redlocks
-            .try_acquire(&self.name, &self.holder, self.lease_ms, attempt)
+            .try_acquire(&self.name.key, &self.holder, self.lease_ms, attempt)
             .await
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
         self.redlocks
-            .undo(&self.name, &self.holder, attempt, self.lease_ms)
+            .undo(&self.name.key, &self.holder, attempt, self.lease_ms)
             .await
     }
 
@@ -181,11 +182,11 @@ impl Acquisition for RedlockAcquisition {
     }
 
     fn grant_json(&self, grant: &RedGrant) -> Value {
-        json!(RedlockGrant::new(&self.name, &self.holder, grant))
+        json!(RedlockGrant::new(&self.name.name, &self.holder, grant))
     }
 
     fn granted(&self, grant: RedGrant) -> Response {
-        let location = format!("/redlocks/{}/holders/{}", self.name, self.holder);
+        let location = format!("/redlocks/{}/holders/{}", self.name.name, self.holder);
         created(&location, self.grant_json(&grant))
     }
 }
@@ -229,12 +230,13 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
 )]
 pub async fn acquire(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> Result<Response, ApiError> {
     let redlocks = configured(&state)?.clone();
-    let checked = Checked::new(&state, path.name, body)?;
+    let checked = Checked::new(&state, scope.name(path.name)?, body)?;
     let timing = checked.timing();
     let acquisition = RedlockAcquisition {
         redlocks,
@@ -263,14 +265,15 @@ pub async fn acquire(
 )]
 pub async fn heartbeat(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<HolderPath>,
     ApiJson(body): ApiJson<HeartbeatRequest>,
 ) -> Result<Json<RedlockGrant>, ApiError> {
     let redlocks = configured(&state)?;
-    path.check()?;
+    let (name, holder) = path.scoped(&scope)?;
     let lease = renewal_lease(&state, body.lease_ms)?;
-    match redlocks.heartbeat(&path.name, &path.holder, lease).await? {
-        Some(g) => Ok(Json(RedlockGrant::new(&path.name, &path.holder, &g))),
+    match redlocks.heartbeat(&name.key, &holder, lease).await? {
+        Some(g) => Ok(Json(RedlockGrant::new(&name.name, &holder, &g))),
         None => Err(ApiError::not_held(
             "this holder does not hold the RedLock on a quorum of the nodes (released, expired, \
              lost with a node's data, or never acquired)",
@@ -292,11 +295,12 @@ pub async fn heartbeat(
 )]
 pub async fn release(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<HolderPath>,
 ) -> Result<Json<RedlockRelease>, ApiError> {
     let redlocks = configured(&state)?;
-    path.check()?;
-    match redlocks.release(&path.name, &path.holder).await? {
+    let (name, holder) = path.scoped(&scope)?;
+    match redlocks.release(&name.key, &holder).await? {
         Some(released) => Ok(Json(RedlockRelease { released })),
         None => Err(ApiError::not_held(
             "this holder does not hold the RedLock on any node that answered (released, \
@@ -324,10 +328,11 @@ pub async fn release(
 )]
 pub async fn state(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
 ) -> Result<Json<RedlockStatus>, ApiError> {
     let redlocks = configured(&state)?;
-    check_name(&path.name)?;
-    let s = redlocks.state(&path.name).await;
-    Ok(Json(RedlockStatus::new(path.name, s)))
+    let name = scope.name(path.name)?;
+    let s = redlocks.state(&name.key).await;
+    Ok(Json(RedlockStatus::new(name.name, s)))
 }

@@ -125,6 +125,14 @@ pub mod examples {
         ))
     }
 
+    pub fn unauthorized() -> Problem {
+        problem(crate::http::access::no_key())
+    }
+
+    pub fn forbidden() -> Problem {
+        problem(crate::http::access::admin_only())
+    }
+
     pub fn redlock_not_configured() -> Problem {
         problem(ApiError::redlock_not_configured())
     }

@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
-use super::openapi::{ApiDoc, polish, with_bounds};
+use super::openapi::{ApiDoc, polish, with_bounds, without_security};
 use super::{fair_locks, health, latches, locks, multilocks, redlocks, rwlocks, semaphores};
 use crate::config::{Config, CorsOrigins};
 use crate::state::AppState;
@@ -64,17 +64,19 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 }
 
 /// The API routes (without the layers, Swagger UI and fallbacks) and the
-/// document describing them with this configuration's bounds.
-fn api_router(config: &Config) -> (Router<AppState>, serde_json::Value) {
+/// document describing them with this configuration's bounds (and without
+/// the API-key requirement when no key is configured).
+fn api_router(config: &Config, open: bool) -> (Router<AppState>, serde_json::Value) {
     let (router, doc) = routes().split_for_parts();
-    (router, with_bounds(polish(doc), config))
+    let doc = with_bounds(polish(doc), config);
+    (router, if open { without_security(doc) } else { doc })
 }
 
 /// The router with every layer: body limit, panic catching, one
 /// [`middleware::observe`] layer (request id, tracing span, metrics,
 /// problem+json for errors), CORS, Swagger UI and fallbacks.
 pub fn router(state: AppState) -> Router {
-    let (api, openapi) = api_router(&state.config);
+    let (api, openapi) = api_router(&state.config, state.keys.open());
     let swagger = SwaggerUi::new("/docs")
         .external_url_unchecked("/openapi.json", openapi)
         .config(utoipa_swagger_ui::Config::default().validator_url("none"));
@@ -99,6 +101,7 @@ pub fn router(state: AppState) -> Router {
         header::RETRY_AFTER,
         REQUEST_ID,
         IDEMPOTENCY_KEY,
+        header::WWW_AUTHENTICATE,
     ];
     let cors = match &config.cors_origins {
         CorsOrigins::Disabled => None,
@@ -113,6 +116,8 @@ pub fn router(state: AppState) -> Router {
                 .allow_headers([
                     header::CONTENT_TYPE,
                     header::ACCEPT,
+                    // API keys (README "API keys and namespaces").
+                    header::AUTHORIZATION,
                     REQUEST_ID,
                     IDEMPOTENCY_KEY,
                 ])

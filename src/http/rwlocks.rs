@@ -12,6 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::http::access::ScopedName;
 use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
 use crate::http::responses::{AcquireErrors, examples};
@@ -124,7 +125,7 @@ pub struct RwLockStatus {
 #[derive(Clone)]
 struct RwAcquisition {
     rwlocks: RwLocks,
-    name: String,
+    name: ScopedName,
     holder: String,
     mode: Mode,
     lease_ms: u64,
@@ -139,7 +140,7 @@ impl Acquisition for RwAcquisition {
     }
 
     fn channel(&self) -> String {
-        self.rwlocks.wake_channel(&self.name)
+        self.rwlocks.wake_channel(&self.name.key)
     }
 
     fn mode(&self) -> WaitMode {
@@ -149,7 +150,7 @@ impl Acquisition for RwAcquisition {
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RwGrant>, StoreError> {
         self.rwlocks
             .try_acquire(
-                &self.name,
+                &self.name.key,
                 &self.holder,
                 self.mode,
                 self.lease_ms,
@@ -160,12 +161,14 @@ impl Acquisition for RwAcquisition {
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        self.rwlocks.undo(&self.name, &self.holder, attempt).await
+        self.rwlocks
+            .undo(&self.name.key, &self.holder, attempt)
+            .await
     }
 
     async fn leave(&self) -> Result<(), StoreError> {
         self.rwlocks
-            .leave(&self.name, &self.holder, self.mode)
+            .leave(&self.name.key, &self.holder, self.mode)
             .await
     }
 
@@ -180,18 +183,18 @@ impl Acquisition for RwAcquisition {
     }
 
     fn grant_json(&self, grant: &RwGrant) -> Value {
-        json!(RwGrantBody::new(&self.name, &self.holder, grant))
+        json!(RwGrantBody::new(&self.name.name, &self.holder, grant))
     }
 
     fn granted(&self, grant: RwGrant) -> Response {
-        let location = format!("/rwlocks/{}/holders/{}", self.name, self.holder);
+        let location = format!("/rwlocks/{}/holders/{}", self.name.name, self.holder);
         created(&location, self.grant_json(&grant))
     }
 }
 
 async fn acquire(
     state: AppState,
-    name: String,
+    name: ScopedName,
     mode: Mode,
     headers: HeaderMap,
     body: AcquireRequest,
@@ -236,11 +239,13 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
 )]
 pub async fn acquire_read(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> Result<Response, ApiError> {
-    acquire(state, path.name, Mode::Read, headers, body).await
+    let name = scope.name(path.name)?;
+    acquire(state, name, Mode::Read, headers, body).await
 }
 
 /// Acquire the write hold (exclusive).
@@ -269,11 +274,13 @@ pub async fn acquire_read(
 )]
 pub async fn acquire_write(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> Result<Response, ApiError> {
-    acquire(state, path.name, Mode::Write, headers, body).await
+    let name = scope.name(path.name)?;
+    acquire(state, name, Mode::Write, headers, body).await
 }
 
 impl HoldApi for RwLocks {
@@ -290,23 +297,23 @@ impl HoldApi for RwLocks {
     /// Renews every hold the holder has; `mode` is `write` when it writes.
     async fn renew(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<RwGrantBody>, StoreError> {
-        let renewed = self.heartbeat(name, holder, lease_ms).await?;
-        Ok(renewed.map(|g| RwGrantBody::new(name, holder, &g)))
+        let renewed = self.heartbeat(&name.key, holder, lease_ms).await?;
+        Ok(renewed.map(|g| RwGrantBody::new(&name.name, holder, &g)))
     }
 
     async fn let_go(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         query: RwReleaseQuery,
     ) -> Result<Option<RwRelease>, StoreError> {
         let mode = query.mode.map(Mode::from);
         let released = self
-            .release(name, holder, mode, query.all.unwrap_or(false))
+            .release(&name.key, holder, mode, query.all.unwrap_or(false))
             .await?;
         Ok(released.map(|r| RwRelease {
             released: r.released,
@@ -315,10 +322,10 @@ impl HoldApi for RwLocks {
         }))
     }
 
-    async fn status(&self, name: String, waiters: u64) -> Result<RwLockStatus, ApiError> {
-        let s = self.state(&name).await?;
+    async fn status(&self, name: ScopedName, waiters: u64) -> Result<RwLockStatus, ApiError> {
+        let s = self.state(&name.key).await?;
         Ok(RwLockStatus {
-            name,
+            name: name.name,
             mode: s.mode.map(RwMode::from),
             readers: s.readers,
             writer_hold_count: s.writer_hold_count,

@@ -13,7 +13,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ProblemType;
-use crate::http::extract::{Millis, check_name};
+use crate::http::access::ScopedName;
+use crate::http::extract::Millis;
 use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, created};
 use crate::http::longpoll::{self, Acquisition};
 use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors, examples};
@@ -149,7 +150,7 @@ pub fn no_permits(blocked: Blocked) -> ApiError {
 #[derive(Clone)]
 struct SemAcquisition {
     semaphores: Semaphores,
-    name: String,
+    name: ScopedName,
     holder: String,
     permits: u64,
     lease_ms: u64,
@@ -164,7 +165,7 @@ impl Acquisition for SemAcquisition {
     }
 
     fn channel(&self) -> String {
-        self.semaphores.wake_channel(&self.name)
+        self.semaphores.wake_channel(&self.name.key)
     }
 
     fn mode(&self) -> WaitMode {
@@ -174,7 +175,7 @@ impl Acquisition for SemAcquisition {
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<SemGrant>, StoreError> {
         self.semaphores
             .try_acquire(
-                &self.name,
+                &self.name.key,
                 &self.holder,
                 self.permits,
                 self.lease_ms,
@@ -186,13 +187,13 @@ impl Acquisition for SemAcquisition {
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
         self.semaphores
-            .undo(&self.name, &self.holder, attempt)
+            .undo(&self.name.key, &self.holder, attempt)
             .await
     }
 
     async fn leave(&self) -> Result<(), StoreError> {
         self.semaphores
-            .leave(&self.name, &self.holder, self.permits)
+            .leave(&self.name.key, &self.holder, self.permits)
             .await
     }
 
@@ -209,11 +210,11 @@ impl Acquisition for SemAcquisition {
     }
 
     fn grant_json(&self, grant: &SemGrant) -> Value {
-        json!(SemaphoreGrant::new(&self.name, &self.holder, grant))
+        json!(SemaphoreGrant::new(&self.name.name, &self.holder, grant))
     }
 
     fn granted(&self, grant: SemGrant) -> Response {
-        let location = format!("/semaphores/{}/holders/{}", self.name, self.holder);
+        let location = format!("/semaphores/{}/holders/{}", self.name.name, self.holder);
         created(&location, self.grant_json(&grant))
     }
 }
@@ -236,21 +237,22 @@ impl Acquisition for SemAcquisition {
 )]
 pub async fn configure(
     State(state): State<AppState>,
+    Admin(scope): Admin,
     ApiPath(path): ApiPath<NamePath>,
     ApiJson(body): ApiJson<SemaphoreConfig>,
 ) -> Result<Json<SemaphoreStatus>, ApiError> {
-    check_name(&path.name)?;
+    let name = scope.name(path.name)?;
     let permits = body
         .permits
         .ok_or_else(|| {
             ApiError::invalid_body("the body must name the number of permits: {\"permits\": n}")
         })?
         .within("permits", 1, MAX_PERMITS)?;
-    let s = state.semaphores.set(&path.name, permits).await?;
+    let s = state.semaphores.set(&name.key, permits).await?;
     let waiters = state
         .engine
-        .waiters_on(&state.semaphores.wake_channel(&path.name));
-    Ok(Json(SemaphoreStatus::new(path.name, s, waiters)))
+        .waiters_on(&state.semaphores.wake_channel(&name.key));
+    Ok(Json(SemaphoreStatus::new(name.name, s, waiters)))
 }
 
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"position\":0,\"available\":1}\n\nevent: acquired\ndata: {\"name\":\"exports\",\"holder\":\"worker-1\",\"fencing_token\":12,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"permits\":2}\n\n";
@@ -284,16 +286,18 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"posi
 )]
 pub async fn acquire(
     State(state): State<AppState>,
+    scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<SemaphoreAcquireRequest>,
 ) -> Result<Response, ApiError> {
+    let name = scope.name(path.name)?;
     let rest = AcquireRequest {
         holder: body.holder,
         lease_ms: body.lease_ms,
         wait_ms: body.wait_ms,
     };
-    let checked = Checked::new(&state, path.name, rest)?;
+    let checked = Checked::new(&state, name, rest)?;
     let timing = checked.timing();
     let permits = match body.permits {
         Some(p) => p.within("permits", 1, MAX_PERMITS)?,
@@ -326,27 +330,27 @@ impl HoldApi for Semaphores {
 
     async fn renew(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<SemaphoreGrant>, StoreError> {
-        let renewed = self.heartbeat(name, holder, lease_ms).await?;
-        Ok(renewed.map(|g| SemaphoreGrant::new(name, holder, &g)))
+        let renewed = self.heartbeat(&name.key, holder, lease_ms).await?;
+        Ok(renewed.map(|g| SemaphoreGrant::new(&name.name, holder, &g)))
     }
 
     async fn let_go(
         &self,
-        name: &str,
+        name: &ScopedName,
         holder: &str,
         _query: SemaphoreReleaseQuery,
     ) -> Result<Option<SemaphoreRelease>, StoreError> {
-        let released = self.release(name, holder).await?;
+        let released = self.release(&name.key, holder).await?;
         Ok(released.map(|released_permits| SemaphoreRelease { released_permits }))
     }
 
-    async fn status(&self, name: String, waiters: u64) -> Result<SemaphoreStatus, ApiError> {
-        match self.state(&name).await? {
-            Some(s) => Ok(SemaphoreStatus::new(name, s, waiters)),
+    async fn status(&self, name: ScopedName, waiters: u64) -> Result<SemaphoreStatus, ApiError> {
+        match self.state(&name.key).await? {
+            Some(s) => Ok(SemaphoreStatus::new(name.name, s, waiters)),
             None => Err(ApiError::not_found(
                 "no such semaphore: configure it first with PUT /semaphores/{name}",
             )),

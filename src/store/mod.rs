@@ -322,12 +322,27 @@ impl Store {
     }
 
     /// `{prefix}{<name>}:` followed by `parts`, built in one allocation
-    /// (several keys are named for every script call).
+    /// (several keys are named for every script call). A namespaced name,
+    /// `<namespace>/<name>` (a name never holds a `/`), is keyed
+    /// `{prefix}<namespace>:{<name>}:…`: the namespace prefixes every key
+    /// and channel of its objects (README "API keys and namespaces").
     pub fn key_of(&self, name: &str, parts: &[&str]) -> String {
         let prefix = &self.inner.prefix;
-        let len = prefix.len() + name.len() + 3 + parts.iter().map(|p| p.len()).sum::<usize>();
+        let (namespace, name) = match name.split_once('/') {
+            Some((namespace, name)) => (namespace, name),
+            None => ("", name),
+        };
+        let len = prefix.len()
+            + namespace.len()
+            + name.len()
+            + 4
+            + parts.iter().map(|p| p.len()).sum::<usize>();
         let mut key = String::with_capacity(len);
         key.push_str(prefix);
+        if !namespace.is_empty() {
+            key.push_str(namespace);
+            key.push(':');
+        }
         key.push('{');
         key.push_str(name);
         key.push_str("}:");

@@ -281,7 +281,7 @@ async fn accept_with_q_zero_does_not_select_sse() {
 
 /// Browsers may send (and read) the `Idempotency-Key` header.
 #[tokio::test]
-async fn cors_allows_and_exposes_idempotency_key() {
+async fn cors_allows_api_keys_and_allows_and_exposes_idempotency_keys() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     let preflight = app
@@ -302,6 +302,8 @@ async fn cors_allows_and_exposes_idempotency_key() {
         .unwrap()
         .to_ascii_lowercase();
     assert!(allowed.contains("idempotency-key"), "{allowed}");
+    // Browser clients send their API key (README "API keys and namespaces").
+    assert!(allowed.contains("authorization"), "{allowed}");
     let response = app
         .client
         .get(app.url("/locks/c"))

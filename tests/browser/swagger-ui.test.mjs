@@ -15,7 +15,12 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
-const base = process.env.LATCHKEY_URL ?? 'http://127.0.0.1:8080';
+// The server the page is on: LATCHKEY_URL (open, no API key configured),
+// and last a second server with API keys (BROWSER_KEYED_URL, whose admin
+// key is BROWSER_KEYED_ADMIN_KEY) for Swagger UI's Authorize button.
+let base = process.env.LATCHKEY_URL ?? 'http://127.0.0.1:8080';
+const keyedBase = process.env.BROWSER_KEYED_URL;
+const keyedAdminKey = process.env.BROWSER_KEYED_ADMIN_KEY;
 const artifacts = process.env.BROWSER_TEST_ARTIFACTS ?? 'target/browser-test';
 const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 // Object names unique to this run, so reruns against one server never meet.
@@ -247,4 +252,30 @@ flow('an error response shows its own example, and the page reached no other hos
   assert.equal(example.type, '/problems/not-held');
   assert.deepEqual(foreign, [], 'requests to other hosts');
   assert.deepEqual(consoleErrors, [], 'console errors on /docs');
+});
+
+flow('with API keys: Try it out answers 401 until Authorize is given a key, then works', async () => {
+  assert.ok(keyedBase && keyedAdminKey, 'BROWSER_KEYED_URL and BROWSER_KEYED_ADMIN_KEY are set');
+  base = keyedBase;
+  await page.goto(`${base}/docs/`);
+  await page.locator('.opblock').first().waitFor();
+  const name = `ui-keyed-${run}`;
+  const refused = await tryOut('post', '/locks/{name}/acquire', { params: { name } });
+  expectAnswer(refused, `/locks/${name}/acquire`, 401);
+  assert.equal(refused.json.type, '/problems/unauthorized');
+  // Authorize, as a person does: the button, the key, Authorize, Close.
+  await page.locator('.auth-wrapper .authorize').first().click();
+  const dialog = page.locator('.dialog-ux .modal-ux');
+  await dialog.locator('input').first().fill(keyedAdminKey);
+  await dialog.locator('button.authorize').click();
+  await dialog.locator('button.btn-done, button.close-modal').first().click();
+  const acquired = await tryOut('post', '/locks/{name}/acquire', { params: { name } });
+  expectAnswer(acquired, `/locks/${name}/acquire`, 201);
+  expectGrant(acquired.json, name);
+  const forced = await tryOut('delete', '/locks/{name}', { params: { name } });
+  expectAnswer(forced, `/locks/${name}`, 200);
+  assert.deepEqual(forced.json, { released: true });
+  // The document shows a 403 on the admin-only operation.
+  const documented = operation('delete', '/locks/{name}').locator('.responses-wrapper tr.response[data-code="403"]');
+  assert.equal(await documented.count(), 1, 'the force unlock documents its 403');
 });

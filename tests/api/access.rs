@@ -1,0 +1,499 @@
+//! API keys, roles and namespaces: keys are configured as SHA-256 hashes
+//! bound to a namespace and a role; every object lives in its key's
+//! namespace.
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use reqwest::{Method, Response};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::helpers::*;
+
+const A_CLIENT: &str = "key-of-team-a-client-0123456789";
+const A_ADMIN: &str = "key-of-team-a-admin-0123456789";
+const B_CLIENT: &str = "key-of-team-b-client-0123456789";
+const B_ADMIN: &str = "key-of-team-b-admin-0123456789";
+
+fn entry(namespace: &str, role: &str, key: &str) -> String {
+    let hash: String = Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{namespace}:{role}:{hash}")
+}
+
+/// The test configuration with the four keys of teams A and B.
+fn keyed_config(redis: &latchkey::devredis::RedisServer) -> Config {
+    Config {
+        api_keys: vec![
+            entry("team-a", "client", A_CLIENT),
+            entry("team-a", "admin", A_ADMIN),
+            entry("team-b", "client", B_CLIENT),
+            entry("team-b", "admin", B_ADMIN),
+        ],
+        redlock_nodes: Vec::new(),
+        ..test_config(redis)
+    }
+}
+
+/// A request to `app` with `key` (none: no Authorization header).
+async fn send(
+    app: &TestApp,
+    key: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Response {
+    let mut request = app.client.request(method, app.url(path));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.expect("request sent")
+}
+
+async fn json_of(response: Response, status: u16) -> Value {
+    let got = response.status().as_u16();
+    let body: Value = response.json().await.expect("a JSON body");
+    assert_eq!(got, status, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn without_keys_the_service_is_open_and_its_document_asks_for_none() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let grant = json_of(
+        send(&app, None, Method::POST, "/locks/open/acquire", None).await,
+        201,
+    )
+    .await;
+    assert_eq!(grant["name"], "open");
+    let forced = send(&app, None, Method::DELETE, "/locks/open", None).await;
+    assert_eq!(forced.status(), 200, "anyone is admin of an open service");
+    let doc = app.get_json("/openapi.json").await;
+    assert!(
+        doc["components"].get("securitySchemes").is_none(),
+        "{}",
+        doc["components"]
+    );
+    let operation = &doc["paths"]["/locks/{name}/acquire"]["post"];
+    assert!(operation.get("security").is_none());
+    assert!(operation["responses"].get("401").is_none());
+}
+
+#[tokio::test]
+async fn a_request_without_a_known_key_gets_401_with_www_authenticate() {
+    let redis = redis();
+    let app = spawn_app(keyed_config(&redis)).await;
+    for key in [None, Some("not-a-configured-key")] {
+        let response = send(&app, key, Method::POST, "/locks/x/acquire", None).await;
+        assert_eq!(response.status(), 401);
+        assert_eq!(
+            response.headers()["www-authenticate"],
+            "Bearer realm=\"latchkey\""
+        );
+        let problem = assert_problem(response, 401, "unauthorized").await;
+        assert!(
+            !problem.to_string().contains("not-a-configured-key"),
+            "{problem}"
+        );
+    }
+    // Another scheme is no key either.
+    let basic = app
+        .client
+        .get(app.url("/locks/x"))
+        .header("authorization", format!("Basic {A_CLIENT}"))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(basic, 401, "unauthorized").await;
+    // Nothing was acquired by the refused requests.
+    let state = json_of(
+        send(&app, Some(A_CLIENT), Method::GET, "/locks/x", None).await,
+        200,
+    )
+    .await;
+    assert_eq!(state["fencing_token"], 0);
+    // The operations endpoints, the document and Swagger UI stay open.
+    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
+        let response = send(&app, None, Method::GET, path, None).await;
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let doc = app.get_json("/openapi.json").await;
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+}
+
+/// A request for every operation of the served document, with `key`, on
+/// objects that exist; returns (operation id, the operation, status).
+async fn every_operation(
+    app: &TestApp,
+    key: Option<&str>,
+    admin: &str,
+) -> Vec<(String, Value, u16)> {
+    let doc = app.get_json("/openapi.json").await;
+    let mut seen = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"].as_str().unwrap().to_string();
+            // Objects for the operation to find: a semaphore, a latch.
+            send(
+                app,
+                Some(admin),
+                Method::PUT,
+                "/semaphores/s",
+                Some(json!({"permits": 2})),
+            )
+            .await;
+            send(
+                app,
+                Some(admin),
+                Method::PUT,
+                "/latches/l",
+                Some(json!({"count": 5})),
+            )
+            .await;
+            let name = if path.starts_with("/semaphores") {
+                "s"
+            } else if path.starts_with("/latches") {
+                "l"
+            } else {
+                "o"
+            };
+            let url = path.replace("{name}", name).replace("{holder}", "h");
+            let body = match (method.as_str(), path.as_str()) {
+                ("put", p) if p.starts_with("/semaphores") => Some(json!({"permits": 3})),
+                ("put", _) => Some(json!({"count": 2})),
+                ("post", p) if p.starts_with("/multilocks") => {
+                    Some(json!({"names": ["m1"], "holder": "h"}))
+                }
+                ("post", _) => Some(json!({})),
+                _ => None,
+            };
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let status = send(app, key, method, &url, body).await.status().as_u16();
+            seen.push((id, operation.clone(), status));
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_client_key_gets_403_exactly_on_the_operations_documented_admin_only() {
+    let redis = redis();
+    let app = spawn_app(keyed_config(&redis)).await;
+    let mut forbidden = Vec::new();
+    for (id, operation, status) in every_operation(&app, Some(A_CLIENT), A_ADMIN).await {
+        let responses = &operation["responses"];
+        assert_ne!(status, 401, "{id}: the key is known");
+        assert_eq!(
+            status == 403,
+            responses.get("403").is_some(),
+            "{id} answered {status}; documented: {:?}",
+            responses.as_object().unwrap().keys().collect::<Vec<_>>()
+        );
+        if status == 403 {
+            forbidden.push(id);
+        }
+    }
+    forbidden.sort();
+    let mut expected = latchkey::http::access::ADMIN_OPERATIONS.to_vec();
+    expected.sort();
+    assert_eq!(forbidden, expected);
+    // An admin key may do everything.
+    for (id, _, status) in every_operation(&app, Some(A_ADMIN), A_ADMIN).await {
+        assert!(
+            status != 401 && status != 403,
+            "{id} answered {status} to an admin"
+        );
+    }
+    // No key: 401 exactly where the document says a key is needed.
+    for (id, operation, status) in every_operation(&app, None, A_ADMIN).await {
+        let open = operation["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "operations");
+        assert_eq!(operation.get("security").is_some(), !open, "{id}");
+        assert_eq!(operation["responses"].get("401").is_some(), !open, "{id}");
+        assert_eq!(status == 401, !open, "{id} answered {status} without a key");
+    }
+}
+
+#[tokio::test]
+async fn namespaces_are_separate_worlds_for_every_primitive_across_two_instances() {
+    let redis = redis();
+    let one = spawn_app(keyed_config(&redis)).await;
+    let two = spawn_app(keyed_config(&redis)).await;
+    let (a, b) = (Some(A_CLIENT), Some(B_CLIENT));
+
+    // Locks and fair locks: the same name is two objects.
+    for kind in ["locks", "fair-locks"] {
+        let held = json_of(
+            send(
+                &one,
+                a,
+                Method::POST,
+                &format!("/{kind}/shared/acquire"),
+                Some(json!({"holder": "ha"})),
+            )
+            .await,
+            201,
+        )
+        .await;
+        assert_eq!(held["name"], "shared", "the name as the client gave it");
+        let other = json_of(
+            send(
+                &two,
+                b,
+                Method::POST,
+                &format!("/{kind}/shared/acquire"),
+                Some(json!({"holder": "hb"})),
+            )
+            .await,
+            201,
+        )
+        .await;
+        assert_eq!(other["fencing_token"], 1, "B's own counter");
+        // B can neither release, renew, see nor force-unlock A's hold.
+        let release = send(
+            &two,
+            b,
+            Method::DELETE,
+            &format!("/{kind}/shared/holders/ha"),
+            None,
+        )
+        .await;
+        assert_problem(release, 404, "not-held").await;
+        let renew = send(
+            &two,
+            b,
+            Method::POST,
+            &format!("/{kind}/shared/holders/ha/heartbeat"),
+            None,
+        )
+        .await;
+        assert_problem(renew, 404, "not-held").await;
+        send(
+            &two,
+            Some(B_ADMIN),
+            Method::DELETE,
+            &format!("/{kind}/shared"),
+            None,
+        )
+        .await;
+        let state = json_of(
+            send(&one, a, Method::GET, &format!("/{kind}/shared"), None).await,
+            200,
+        )
+        .await;
+        assert_eq!(
+            state["locked"], true,
+            "A's hold survives B's force unlock: {state}"
+        );
+        assert_eq!(state["fencing_token"], 1);
+    }
+
+    // Read-write locks.
+    json_of(
+        send(&one, a, Method::POST, "/rwlocks/doc/write/acquire", None).await,
+        201,
+    )
+    .await;
+    json_of(
+        send(&two, b, Method::POST, "/rwlocks/doc/write/acquire", None).await,
+        201,
+    )
+    .await;
+
+    // Semaphores: A's configuration does not exist for B.
+    json_of(
+        send(
+            &one,
+            Some(A_ADMIN),
+            Method::PUT,
+            "/semaphores/pool",
+            Some(json!({"permits": 1})),
+        )
+        .await,
+        200,
+    )
+    .await;
+    json_of(
+        send(&one, a, Method::POST, "/semaphores/pool/acquire", None).await,
+        201,
+    )
+    .await;
+    assert_problem(
+        send(&two, b, Method::POST, "/semaphores/pool/acquire", None).await,
+        404,
+        "not-found",
+    )
+    .await;
+    assert_problem(
+        send(&two, b, Method::GET, "/semaphores/pool", None).await,
+        404,
+        "not-found",
+    )
+    .await;
+
+    // Latches: A's latch is missing (open) for B, and B cannot count it down.
+    json_of(
+        send(
+            &one,
+            Some(A_ADMIN),
+            Method::PUT,
+            "/latches/go",
+            Some(json!({"count": 1})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let seen = json_of(send(&two, b, Method::GET, "/latches/go", None).await, 200).await;
+    assert_eq!(seen, json!({"name": "go", "count": 0, "open": true}));
+    assert_problem(
+        send(&two, b, Method::POST, "/latches/go/count-down", None).await,
+        404,
+        "not-found",
+    )
+    .await;
+    let still = json_of(send(&one, a, Method::GET, "/latches/go", None).await, 200).await;
+    assert_eq!(still["count"], 1);
+
+    // Multi-locks take B's own locks, not A's of the same names.
+    json_of(
+        send(
+            &two,
+            b,
+            Method::POST,
+            "/multilocks/acquire",
+            Some(json!({"names": ["shared", "m"], "holder": "hb"})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let blocked = assert_problem(
+        send(
+            &one,
+            a,
+            Method::POST,
+            "/multilocks/acquire",
+            Some(json!({"names": ["shared", "m"], "holder": "other"})),
+        )
+        .await,
+        409,
+        "lock-held",
+    )
+    .await;
+    assert_eq!(
+        blocked["blocked_by"],
+        json!(["shared"]),
+        "only A's own lock blocks A"
+    );
+
+    // Every key of a namespace starts with its prefix; none is shared.
+    let mut conn = redis_conn(&redis).await;
+    let keys: Vec<String> = conn.keys("*").await.unwrap();
+    assert!(!keys.is_empty());
+    for key in &keys {
+        assert!(
+            key.starts_with("latchkey:team-a:{") || key.starts_with("latchkey:team-b:{"),
+            "{key}"
+        );
+    }
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("latchkey:team-a:{shared}"))
+    );
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("latchkey:team-b:{shared}"))
+    );
+}
+
+#[tokio::test]
+async fn a_release_wakes_waiters_of_its_namespace_on_another_instance_and_no_other() {
+    let redis = redis();
+    let one = spawn_app(keyed_config(&redis)).await;
+    let two = spawn_app(keyed_config(&redis)).await;
+    json_of(
+        send(
+            &one,
+            Some(A_CLIENT),
+            Method::POST,
+            "/locks/w/acquire",
+            Some(json!({"holder": "first"})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    json_of(
+        send(
+            &one,
+            Some(B_CLIENT),
+            Method::POST,
+            "/locks/w/acquire",
+            Some(json!({"holder": "b-holder", "lease_ms": 30000})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let waiting = {
+        let request = two
+            .client
+            .post(two.url("/locks/w/acquire"))
+            .bearer_auth(A_CLIENT)
+            .json(&json!({"holder": "second", "wait_ms": 5000}));
+        tokio::spawn(async move { request.send().await.unwrap() })
+    };
+    let b_waiting = {
+        let request = two
+            .client
+            .post(two.url("/locks/w/acquire"))
+            .bearer_auth(B_CLIENT)
+            .json(&json!({"holder": "b-waiter", "wait_ms": 1500}));
+        tokio::spawn(async move { request.send().await.unwrap() })
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            json_of(
+                send(&two, Some(A_CLIENT), Method::GET, "/locks/w", None).await,
+                200,
+            )
+            .await["waiters"]
+                == 1
+        })
+        .await
+    );
+    let released = Instant::now();
+    let release = send(
+        &one,
+        Some(A_CLIENT),
+        Method::DELETE,
+        "/locks/w/holders/first",
+        None,
+    )
+    .await;
+    assert_eq!(release.status(), 200);
+    let granted = waiting.await.unwrap();
+    assert_eq!(granted.status(), 201);
+    assert!(
+        released.elapsed() < Duration::from_millis(1000),
+        "woken, not polled: {:?}",
+        released.elapsed()
+    );
+    // B's waiter on its own "w" (still held by B) is not granted by A's release.
+    let b = b_waiting.await.unwrap();
+    assert_problem(b, 409, "lock-held").await;
+}
