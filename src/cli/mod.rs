@@ -48,8 +48,9 @@ const SUBCOMMANDS: [&str; 4] = ["lock", "rwlock", "semaphore", "latch"];
 
 /// Variables the client tools read or set, which the server knows are not
 /// its own settings.
-pub const VARIABLES: [&str; 4] = [
+pub const VARIABLES: [&str; 5] = [
     "LATCHKEY_URL",
+    "LATCHKEY_API_KEY",
     "LATCHKEY_NAME",
     "LATCHKEY_HOLDER",
     "LATCHKEY_FENCING_TOKEN",
@@ -146,6 +147,16 @@ struct ServiceArgs {
     /// latchkey's base URL.
     #[arg(long, env = "LATCHKEY_URL", default_value = "http://127.0.0.1:8080")]
     url: String,
+    /// The API key, when the service has keys configured (prefer the
+    /// variable: a flag shows in the process list).
+    #[arg(long, env = "LATCHKEY_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+}
+
+impl ServiceArgs {
+    fn service(&self) -> Result<Service, Stop> {
+        Service::new(&self.url, self.api_key.as_deref()).map_err(|e| Stop::new(exit::USAGE, e))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -219,13 +230,13 @@ async fn run(command: Command) -> u8 {
             name,
             service,
             wait_ms,
-        }) => latch_wait(&name, &service.url, wait_ms).await,
+        }) => latch_wait(&name, &service, wait_ms).await,
         Command::Latch(LatchCommand::CountDown {
             name,
             service,
             by,
             idempotency_key,
-        }) => count_down(&name, &service.url, by, idempotency_key).await,
+        }) => count_down(&name, &service, by, idempotency_key).await,
     };
     match outcome {
         Ok(code) => code,
@@ -352,7 +363,7 @@ fn random_holder() -> String {
 }
 
 async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
-    let service = Service::new(&args.service.url).map_err(|e| Stop::new(exit::USAGE, e))?;
+    let service = args.service.service()?;
     let holder = args.holder.unwrap_or_else(random_holder);
     let what = target.describe();
     let grant = acquire(&service, &target, &holder, args.lease_ms, args.wait_ms)
@@ -403,8 +414,8 @@ async fn acquire(
     Ok(answer.body)
 }
 
-async fn latch_wait(name: &str, url: &str, wait_ms: Option<u64>) -> Result<u8, Stop> {
-    let service = Service::new(url).map_err(|e| Stop::new(exit::USAGE, e))?;
+async fn latch_wait(name: &str, args: &ServiceArgs, wait_ms: Option<u64>) -> Result<u8, Stop> {
+    let service = args.service()?;
     let what = format!("latch {name}");
     let answer = service
         .wait_for(
@@ -442,11 +453,11 @@ async fn latch_wait(name: &str, url: &str, wait_ms: Option<u64>) -> Result<u8, S
 
 async fn count_down(
     name: &str,
-    url: &str,
+    args: &ServiceArgs,
     by: u64,
     idempotency_key: Option<String>,
 ) -> Result<u8, Stop> {
-    let service = Service::new(url).map_err(|e| Stop::new(exit::USAGE, e))?;
+    let service = args.service()?;
     let what = format!("latch {name}");
     let key = idempotency_key.unwrap_or_else(random_holder);
     let key = HeaderValue::from_str(&key)

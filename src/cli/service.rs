@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -83,14 +83,23 @@ pub struct Service {
 }
 
 impl Service {
-    pub fn new(url: &str) -> Result<Self, String> {
+    /// The service at `url`, sending `api_key` with every request.
+    pub fn new(url: &str, api_key: Option<&str>) -> Result<Self, String> {
         let base = url.trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(format!(
                 "--url must start with http:// or https://, got {url:?}"
             ));
         }
+        let mut headers = HeaderMap::new();
+        if let Some(key) = api_key {
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                .map_err(|_| "the API key must be printable ASCII".to_string())?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .build()
             .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
         Ok(Service { base, http })

@@ -15,6 +15,7 @@ fn latchkey(app: &TestApp, args: &[&str]) -> Command {
     command
         .args(args)
         .env("LATCHKEY_URL", &app.base)
+        .env_remove("LATCHKEY_API_KEY")
         .kill_on_drop(true);
     command
 }
@@ -572,4 +573,39 @@ async fn an_unreachable_service_exits_69() {
         "{}",
         stderr(&output)
     );
+}
+
+#[tokio::test]
+async fn the_api_key_comes_from_latchkey_api_key() {
+    use sha2::{Digest, Sha256};
+    let redis = redis();
+    let hash: String = Sha256::digest(b"cli-key-0123456789")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let app = spawn_app(Config {
+        api_keys: vec![format!("cron:client:{hash}")],
+        ..test_config(&redis)
+    })
+    .await;
+    let refused = output(&app, &["lock", "keyed", "--", "true"]).await;
+    assert_eq!(refused.status.code(), Some(64));
+    assert!(stderr(&refused).contains("401"), "{}", stderr(&refused));
+    let granted = latchkey(
+        &app,
+        &[
+            "lock",
+            "keyed",
+            "--",
+            "sh",
+            "-c",
+            "echo $LATCHKEY_FENCING_TOKEN",
+        ],
+    )
+    .env("LATCHKEY_API_KEY", "cli-key-0123456789")
+    .output()
+    .await
+    .unwrap();
+    assert_eq!(granted.status.code(), Some(0), "{}", stderr(&granted));
+    assert_eq!(stdout(&granted), "1\n");
 }
