@@ -1,0 +1,728 @@
+/**
+ * The client: acquisitions (long-poll in pieces, or Server-Sent Events),
+ * state reads, semaphores and latches.
+ */
+
+import {
+  isRetryable,
+  LatchkeyError,
+  NetworkError,
+  NotAcquiredError,
+  OutOfRangeError,
+  errorFromProblem,
+  type Problem,
+} from "./errors.js";
+import { BaseHold, Hold, MultiHold, type Call, type HoldInit, type HoldKind, type HoldOps } from "./hold.js";
+import {
+  errorOf,
+  now,
+  sleep,
+  throwIfAborted,
+  Transport,
+  type FetchLike,
+  type JsonAnswer,
+  type RequestSpec,
+} from "./http.js";
+
+/** The longest single long-poll assumed when the service does not say (its default `max_wait_ms`). */
+const DEFAULT_MAX_WAIT_MS = 60_000;
+
+export interface LatchkeyOptions {
+  /**
+   * The service's base URL. Default: `LATCHKEY_URL` from the environment
+   * where there is a `process` (Node, Bun), else `http://127.0.0.1:8080`.
+   */
+  url?: string;
+  /**
+   * The API key, for a service with API keys configured (sent as
+   * `Authorization: Bearer <key>`). Default: `LATCHKEY_API_KEY` from the
+   * environment where there is a `process`, else none.
+   */
+  apiKey?: string;
+  /** A `fetch` to use instead of the global one. */
+  fetch?: FetchLike;
+  /**
+   * How long a request may take beyond the wait it asks the service for
+   * (default 10000). A heartbeat never waits beyond its lease's end.
+   */
+  requestTimeoutMs?: number;
+}
+
+/** A `waiting` event of an SSE acquisition. */
+export interface WaitingEvent {
+  /** When to expect a change (the blocker's remaining lease, capped on queued primitives). */
+  retryAfterMs: number;
+  /** Fair locks and semaphores: waiters ahead of this one. */
+  position?: number;
+  /** Semaphores: permits available. */
+  available?: number;
+  /** Multi-locks: the names held by others. */
+  blockedBy?: string[];
+}
+
+export interface AcquireOptions {
+  /**
+   * The holder id. By default the service generates one for a single try
+   * (`waitMs: 0`); for a wait the client generates one (from
+   * `crypto.randomUUID()`), so that every poll of the wait is the same
+   * waiter and keeps its queue place.
+   */
+  holder?: string;
+  /** The lease (default: the service's, 30000). Renewed in the background. */
+  leaseMs?: number;
+  /**
+   * The total wait (default 0: try once). Longer than the service's
+   * longest long-poll (`max_wait_ms`), it is split into several polls as
+   * the same holder. `Infinity` waits until granted (or aborted).
+   */
+  waitMs?: number;
+  /** Aborts the wait (rejecting with the signal's reason). */
+  signal?: AbortSignal;
+  /**
+   * Receive progress while waiting: the acquisition then asks for
+   * Server-Sent Events. Exceptions it throws are ignored.
+   */
+  onWaiting?: (event: WaitingEvent) => void;
+}
+
+export interface SemaphoreAcquireOptions extends AcquireOptions {
+  /** Permits to take (default 1). */
+  permits?: number;
+}
+
+export interface LockState {
+  name: string;
+  locked: boolean;
+  holdCount: number;
+  ttlMs: number;
+  /** The last token issued (0 if never locked). */
+  fencingToken: number;
+  /** Requests waiting on the instance that answered. */
+  waiters: number;
+}
+
+export interface RwLockState {
+  name: string;
+  mode: "read" | "write" | null;
+  readers: number;
+  writerHoldCount: number;
+  ttlMs: number;
+  fencingToken: number;
+  waiters: number;
+}
+
+export interface RedlockNodeState {
+  node: number;
+  reachable: boolean;
+  locked: boolean;
+  ttlMs: number;
+}
+
+export interface RedlockState {
+  name: string;
+  lockedOn: number;
+  total: number;
+  nodes: RedlockNodeState[];
+}
+
+export interface SemaphoreState {
+  name: string;
+  permits: number;
+  available: number;
+  holders: number;
+  waiters?: number;
+}
+
+export interface LatchState {
+  name: string;
+  count: number;
+  open: boolean;
+}
+
+export interface LatchCount {
+  count: number;
+  open: boolean;
+}
+
+/** The lock kinds that can be read and force-unlocked by name. */
+export type LockKind = "lock" | "fair-lock" | "rwlock";
+
+const LOCK_PREFIX: Record<LockKind, string> = {
+  lock: "/locks",
+  "fair-lock": "/fair-locks",
+  rwlock: "/rwlocks",
+};
+
+function seg(value: string): string {
+  return encodeURIComponent(value);
+}
+
+function camelKey(key: string): string {
+  return key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+}
+
+/** snake_case JSON → camelCase, deeply. */
+function camel<T>(value: unknown): T {
+  if (Array.isArray(value)) return value.map((v) => camel(v)) as T;
+  if (value && typeof value === "object") {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[camelKey(k)] = camel(v);
+    return out as T;
+  }
+  return value as T;
+}
+
+function newHolderId(): string {
+  return globalThis.crypto.randomUUID().replace(/-/g, "");
+}
+
+/** A variable of the environment, where there is a `process` (Node, Bun). */
+function env(name: string): string | undefined {
+  try {
+    const proc = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+    const value = proc?.env?.[name];
+    return value ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function checkWait(waitMs: number | undefined): number {
+  const wait = waitMs ?? 0;
+  if (typeof wait !== "number" || Number.isNaN(wait) || wait < 0) {
+    throw new RangeError(`waitMs must be a number >= 0, got ${String(waitMs)}`);
+  }
+  return wait;
+}
+
+type Outcome = { grant: Record<string, unknown> } | { error: LatchkeyError };
+
+/** How to acquire one kind of hold. */
+interface AcquireSpec<H extends BaseHold> {
+  path: string;
+  /** Body members besides holder, lease_ms and wait_ms. */
+  extra: Record<string, unknown>;
+  make(init: HoldInit, holder: string): H;
+  ops(holder: string): HoldOps;
+  /** Calls that drop every hold of a holder this client generated, after a lost answer. */
+  cleanup(holder: string): Call[];
+  description: string;
+}
+
+/** @internal What the client, its semaphores and latches share. */
+export class Core {
+  readonly transport: Transport;
+  readonly requestTimeoutMs: number;
+  /** The service's longest long-poll, once learned from a 400 `out-of-range`. */
+  maxWaitMs: number | undefined;
+
+  constructor(options: LatchkeyOptions) {
+    this.transport = new Transport(
+      options.url ?? env("LATCHKEY_URL") ?? "http://127.0.0.1:8080",
+      options.fetch,
+      options.apiKey ?? env("LATCHKEY_API_KEY"),
+    );
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
+  }
+
+  /** A request whose 2xx answer is returned camelCased; anything else throws. */
+  async call<T>(spec: Omit<RequestSpec, "timeoutMs"> & { timeoutMs?: number }): Promise<T> {
+    const answer = await this.transport.json({ ...spec, timeoutMs: spec.timeoutMs ?? this.requestTimeoutMs });
+    if (answer.status >= 200 && answer.status < 300) return camel<T>(answer.body);
+    throw errorOf(answer, answer.text);
+  }
+
+  /** The next piece of a wait: what is left, at most the service's maximum. */
+  piece(deadline: number): number {
+    const left = Math.max(0, Math.floor(deadline - now()));
+    const piece = Math.min(left, this.maxWaitMs ?? left);
+    return Number.isFinite(piece) ? piece : DEFAULT_MAX_WAIT_MS;
+  }
+
+  /** After a 400 `out-of-range` on `wait_ms`: learns the maximum; false if nothing can be learned. */
+  learnMaxWait(error: LatchkeyError, piece: number): boolean {
+    if (!(error instanceof OutOfRangeError) || error.field !== "wait_ms" || piece <= 0) return false;
+    const max = error.maximum ?? (piece > DEFAULT_MAX_WAIT_MS ? DEFAULT_MAX_WAIT_MS : Math.floor(piece / 2));
+    if (!(max >= 0) || max >= piece) return false;
+    this.maxWaitMs = max;
+    return true;
+  }
+
+  async acquire<H extends BaseHold>(spec: AcquireSpec<H>, options: AcquireOptions = {}): Promise<H> {
+    const { signal, onWaiting } = options;
+    throwIfAborted(signal);
+    const waitMs = checkWait(options.waitMs);
+    const deadline = now() + waitMs;
+    const generated = options.holder === undefined && waitMs > 0;
+    const holder = options.holder ?? (waitMs > 0 ? newHolderId() : undefined);
+    for (;;) {
+      const piece = this.piece(deadline);
+      const body: Record<string, unknown> = { ...spec.extra, wait_ms: piece };
+      if (holder !== undefined) body.holder = holder;
+      if (options.leaseMs !== undefined) body.lease_ms = options.leaseMs;
+      const sentAt = now();
+      let outcome: Outcome;
+      try {
+        outcome = await this.poll(spec.path, body, piece, signal, onWaiting);
+      } catch (error) {
+        // No answer (network, timeout, abort): the service may have granted
+        // it anyway. A holder generated here is ours alone: drop its holds.
+        if (generated) this.cleanup(spec.cleanup(holder!));
+        throw error;
+      }
+      const receivedAt = now();
+      if ("grant" in outcome) {
+        const grant = outcome.grant;
+        const grantHolder = typeof grant.holder === "string" ? grant.holder : holder;
+        if (grantHolder === undefined) throw new LatchkeyError("the grant carries no holder id");
+        const interval = typeof grant.heartbeat_interval_ms === "number" ? grant.heartbeat_interval_ms : 0;
+        // The lease is counted from when the granting request was sent. After
+        // a long wait that is no use (the grant came at some moment of it): count
+        // from now, and renew at once so that it is counted from a known time.
+        const slow = receivedAt - sentAt > interval;
+        const init: HoldInit = {
+          transport: this.transport,
+          ops: spec.ops(grantHolder),
+          requestTimeoutMs: this.requestTimeoutMs,
+          grant,
+          since: slow ? receivedAt : sentAt,
+          description: spec.description,
+        };
+        const hold = spec.make(init, grantHolder);
+        if (!slow) return hold;
+        if ((await hold._renewNow()) !== "lost") return hold;
+        // Lost before it could be used: wait on, if there is time.
+        if (deadline - now() < 1) {
+          throw new NotAcquiredError(`${spec.description} was granted but lost before it could be confirmed`);
+        }
+        continue;
+      }
+      const error = outcome.error;
+      if (this.learnMaxWait(error, piece)) continue;
+      const rest = deadline - now();
+      if (error instanceof NotAcquiredError) {
+        if (rest < 1) throw error;
+        // The service answered before the piece was over (it should not):
+        // pause rather than spin.
+        if (receivedAt - sentAt < piece - 100) {
+          await sleep(Math.min(error.retryAfterMs ?? 100, 1000, rest), signal);
+        }
+        continue;
+      }
+      if (isRetryable(error) && rest >= 1) {
+        await sleep(Math.min(error.retryAfterMs ?? 1000, rest), signal);
+        continue;
+      }
+      throw error;
+    }
+  }
+
+  /** One acquire request: long-poll, or SSE when progress is wanted. */
+  async poll(
+    path: string,
+    body: Record<string, unknown>,
+    piece: number,
+    signal: AbortSignal | undefined,
+    onWaiting: ((event: WaitingEvent) => void) | undefined,
+  ): Promise<Outcome> {
+    const spec: RequestSpec = {
+      method: "POST",
+      path,
+      body,
+      signal,
+      timeoutMs: piece + this.requestTimeoutMs,
+    };
+    const fromAnswer = (answer: JsonAnswer & { text: string }): Outcome => {
+      if ((answer.status === 200 || answer.status === 201) && answer.body && typeof answer.body === "object") {
+        return { grant: answer.body as Record<string, unknown> };
+      }
+      return { error: errorOf(answer, answer.text) };
+    };
+    if (!onWaiting) return fromAnswer(await this.transport.json(spec));
+    return this.transport.stream<Outcome>(
+      spec,
+      (event, data) => {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(data);
+        } catch {
+          throw new NetworkError(`unreadable ${event} event from the service`);
+        }
+        switch (event) {
+          case "waiting":
+            try {
+              onWaiting(camel<WaitingEvent>(parsed));
+            } catch {
+              // The caller's callback: its failures are not the wait's.
+            }
+            return undefined;
+          case "acquired":
+            return { grant: parsed as Record<string, unknown> };
+          case "timeout":
+          case "error": {
+            const problem = parsed as Problem;
+            const status = typeof problem.status === "number" ? problem.status : event === "timeout" ? 409 : 500;
+            return { error: errorFromProblem(status, problem, problem.retry_after_ms) };
+          }
+          default:
+            return undefined;
+        }
+      },
+      fromAnswer,
+    );
+  }
+
+  /** Best effort, in the background. */
+  cleanup(calls: Call[]): void {
+    for (const call of calls) {
+      this.transport.json({ ...call, timeoutMs: this.requestTimeoutMs }).catch(() => {});
+    }
+  }
+
+  /** A hold on one object at `/{prefix}/{name}`. */
+  single(
+    kind: Exclude<HoldKind, "multilock">,
+    prefix: string,
+    name: string,
+    acquirePath: string,
+    options: { extra?: Record<string, unknown>; mode?: "read" | "write"; description: string },
+  ): AcquireSpec<Hold> {
+    const holderPath = (holder: string) => `${prefix}/${seg(name)}/holders/${seg(holder)}`;
+    const releaseQuery = options.mode ? `?mode=${options.mode}` : "";
+    return {
+      path: acquirePath,
+      extra: options.extra ?? {},
+      description: options.description,
+      make: (init) => new Hold(kind, init, options.mode),
+      ops: (holder) => ({
+        heartbeat: { method: "POST", path: `${holderPath(holder)}/heartbeat` },
+        release: { method: "DELETE", path: holderPath(holder) + releaseQuery },
+      }),
+      cleanup: (holder) => {
+        if (kind === "rwlock") {
+          return [
+            { method: "DELETE", path: `${holderPath(holder)}?mode=write&all=true` },
+            { method: "DELETE", path: `${holderPath(holder)}?mode=read&all=true` },
+          ];
+        }
+        const all = kind === "semaphore" || kind === "redlock" ? "" : "?all=true";
+        return [{ method: "DELETE", path: holderPath(holder) + all }];
+      },
+    };
+  }
+}
+
+/** A semaphore whose permits are leased (`/semaphores/{name}`). */
+export class Semaphore {
+  readonly name: string;
+  readonly #core: Core;
+
+  /** @internal Use {@link Latchkey.semaphore}. */
+  constructor(core: Core, name: string) {
+    this.#core = core;
+    this.name = name;
+  }
+
+  #path(): string {
+    return `/semaphores/${seg(this.name)}`;
+  }
+
+  /** Sets the number of permits (1..=1 000 000); live holds are never revoked. */
+  configure(permits: number): Promise<SemaphoreState> {
+    return this.#core.call({ method: "PUT", path: this.#path(), body: { permits } });
+  }
+
+  /** Takes `permits` (default 1) under one lease; rejects with `NotFoundError` if never configured. */
+  acquire(options: SemaphoreAcquireOptions = {}): Promise<Hold> {
+    const { permits, ...rest } = options;
+    const core = this.#core;
+    return core.acquire(
+      core.single("semaphore", "/semaphores", this.name, `${this.#path()}/acquire`, {
+        extra: permits === undefined ? {} : { permits },
+        description: `semaphore ${JSON.stringify(this.name)}`,
+      }),
+      rest,
+    );
+  }
+
+  /** `{name, permits, available, holders, waiters}`; `NotFoundError` if not configured. */
+  state(): Promise<SemaphoreState> {
+    return this.#core.call({ method: "GET", path: this.#path() });
+  }
+
+  /** Drops the configuration and every hold; resolves with whether it existed. */
+  async delete(): Promise<boolean> {
+    const answer = await this.#core.call<{ deleted?: boolean }>({ method: "DELETE", path: this.#path() });
+    return answer?.deleted ?? true;
+  }
+}
+
+export interface CountDownOptions {
+  /** How much to count down (default 1). */
+  by?: number;
+  /**
+   * The `Idempotency-Key`: the same key on the same latch counts once
+   * within 10 minutes. Default: a random key per call, so that this
+   * client's own retry of the call counts once.
+   */
+  idempotencyKey?: string;
+  signal?: AbortSignal;
+}
+
+/** A count-down latch (`/latches/{name}`). */
+export class Latch {
+  readonly name: string;
+  readonly #core: Core;
+
+  /** @internal Use {@link Latchkey.latch}. */
+  constructor(core: Core, name: string) {
+    this.#core = core;
+    this.name = name;
+  }
+
+  #path(): string {
+    return `/latches/${seg(this.name)}`;
+  }
+
+  /** Sets the count (the latch must be open, else `LatchExistsError`); `ttlMs` bounds its life. */
+  set(count: number, options: { ttlMs?: number } = {}): Promise<LatchState> {
+    const body: Record<string, unknown> = { count };
+    if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    return this.#core.call({ method: "PUT", path: this.#path(), body });
+  }
+
+  /**
+   * Counts down; `NotFoundError` when there is no closed latch. Sent with
+   * an `Idempotency-Key`, and retried once with the same key when no
+   * answer came (or the service was unavailable), so it counts once.
+   */
+  async countDown(options: CountDownOptions = {}): Promise<LatchCount> {
+    const key = options.idempotencyKey ?? globalThis.crypto.randomUUID();
+    const request = {
+      method: "POST" as const,
+      path: `${this.#path()}/count-down`,
+      body: options.by === undefined ? {} : { by: options.by },
+      headers: { "Idempotency-Key": key },
+      signal: options.signal,
+    };
+    try {
+      return await this.#core.call<LatchCount>(request);
+    } catch (error) {
+      if (!isRetryable(error) || options.signal?.aborted) throw error;
+      await sleep(Math.min(error.retryAfterMs ?? 200, 1000), options.signal);
+      return await this.#core.call<LatchCount>(request);
+    }
+  }
+
+  /**
+   * Waits until the latch opens or `waitMs` passes (default 0: look once);
+   * resolves with `{count, open}` either way. Longer than the service's
+   * longest long-poll, it polls again.
+   */
+  async wait(options: { waitMs?: number; signal?: AbortSignal } = {}): Promise<LatchCount> {
+    const core = this.#core;
+    const { signal } = options;
+    throwIfAborted(signal);
+    const deadline = now() + checkWait(options.waitMs);
+    for (;;) {
+      const piece = core.piece(deadline);
+      let error: unknown;
+      try {
+        const state = await core.call<LatchCount>({
+          method: "GET",
+          path: `${this.#path()}/wait?wait_ms=${piece}`,
+          signal,
+          timeoutMs: piece + core.requestTimeoutMs,
+        });
+        if (state.open || deadline - now() < 1) return state;
+        continue;
+      } catch (caught) {
+        error = caught;
+      }
+      if (error instanceof LatchkeyError && core.learnMaxWait(error, piece)) continue;
+      const rest = deadline - now();
+      if (isRetryable(error) && rest >= 1 && !signal?.aborted) {
+        await sleep(Math.min(error.retryAfterMs ?? 500, rest), signal);
+        continue;
+      }
+      throw error;
+    }
+  }
+
+  /** `{name, count, open}` (a missing latch is open, count 0). */
+  state(): Promise<LatchState> {
+    return this.#core.call({ method: "GET", path: this.#path() });
+  }
+
+  /** Deletes the latch (its waiters see it open); resolves with whether it was closed. */
+  async delete(): Promise<boolean> {
+    const answer = await this.#core.call<{ deleted?: boolean }>({ method: "DELETE", path: this.#path() });
+    return answer?.deleted ?? true;
+  }
+}
+
+/**
+ * Runs `fn(hold)` with a hold and releases it on every exit path. Rejects
+ * with the `HoldLostError` if the hold was lost while `fn` ran (unless
+ * `fn` itself threw: then `fn`'s error is what rejects).
+ */
+export async function withHold<H extends BaseHold, T>(
+  acquire: Promise<H> | (() => Promise<H>),
+  fn: (hold: H) => T | Promise<T>,
+): Promise<T> {
+  const hold = await (typeof acquire === "function" ? acquire() : acquire);
+  let result: T;
+  try {
+    result = await fn(hold);
+  } catch (error) {
+    await hold.release().catch(() => {});
+    throw error;
+  }
+  await hold.release();
+  hold.throwIfLost();
+  return result;
+}
+
+/** A latchkey client. Cheap to make; holds nothing until something is acquired. */
+export class Latchkey {
+  readonly #core: Core;
+
+  constructor(options: LatchkeyOptions = {}) {
+    this.#core = new Core(options);
+  }
+
+  /** The service's base URL. */
+  get url(): string {
+    return this.#core.transport.baseUrl;
+  }
+
+  /** A reentrant lock (`/locks/{name}`). */
+  lock(name: string, options?: AcquireOptions): Promise<Hold> {
+    return this.#lock("lock", name, options);
+  }
+
+  /** A fair lock (`/fair-locks/{name}`): granted in order of arrival; `onWaiting` reports `position`. */
+  fairLock(name: string, options?: AcquireOptions): Promise<Hold> {
+    return this.#lock("fair-lock", name, options);
+  }
+
+  /** A read hold of a read-write lock (`/rwlocks/{name}`). */
+  readLock(name: string, options?: AcquireOptions): Promise<Hold> {
+    return this.#rw("read", name, options);
+  }
+
+  /** A write hold of a read-write lock (`/rwlocks/{name}`). */
+  writeLock(name: string, options?: AcquireOptions): Promise<Hold> {
+    return this.#rw("write", name, options);
+  }
+
+  /** A RedLock over the service's independent Redis nodes (`/redlocks/{name}`). */
+  redlock(name: string, options?: AcquireOptions): Promise<Hold> {
+    const core = this.#core;
+    return core.acquire(
+      core.single("redlock", "/redlocks", name, `/redlocks/${seg(name)}/acquire`, {
+        description: `redlock ${JSON.stringify(name)}`,
+      }),
+      options,
+    );
+  }
+
+  /** A set of locks (the `/locks` objects), all or nothing (`/multilocks`). */
+  multiLock(names: string[], options?: AcquireOptions): Promise<MultiHold> {
+    const core = this.#core;
+    const list = [...names];
+    const spec: AcquireSpec<MultiHold> = {
+      path: "/multilocks/acquire",
+      extra: { names: list },
+      description: `multi-lock ${JSON.stringify(list)}`,
+      make: (init) => new MultiHold(init),
+      ops: (holder) => ({
+        heartbeat: { method: "POST", path: "/multilocks/heartbeat", body: { names: list, holder } },
+        release: { method: "POST", path: "/multilocks/release", body: { names: list, holder } },
+        releaseRest: (notHeld) => {
+          const rest = list.filter((n) => !notHeld.includes(n));
+          return rest.length > 0 && rest.length < list.length
+            ? { method: "POST", path: "/multilocks/release", body: { names: rest, holder } }
+            : undefined;
+        },
+      }),
+      cleanup: (holder) => [{ method: "POST", path: "/multilocks/release", body: { names: list, holder } }],
+    };
+    return core.acquire(spec, options);
+  }
+
+  /** A semaphore; configure it, then acquire permits. */
+  semaphore(name: string): Semaphore {
+    return new Semaphore(this.#core, name);
+  }
+
+  /** A count-down latch. */
+  latch(name: string): Latch {
+    return new Latch(this.#core, name);
+  }
+
+  /** `GET /locks/{name}` (never shows a holder id). */
+  lockState(name: string): Promise<LockState> {
+    return this.#core.call({ method: "GET", path: `/locks/${seg(name)}` });
+  }
+
+  /** `GET /fair-locks/{name}`. */
+  fairLockState(name: string): Promise<LockState> {
+    return this.#core.call({ method: "GET", path: `/fair-locks/${seg(name)}` });
+  }
+
+  /** `GET /rwlocks/{name}`. */
+  rwLockState(name: string): Promise<RwLockState> {
+    return this.#core.call({ method: "GET", path: `/rwlocks/${seg(name)}` });
+  }
+
+  /** `GET /redlocks/{name}`: the state on every node. */
+  redlockState(name: string): Promise<RedlockState> {
+    return this.#core.call({ method: "GET", path: `/redlocks/${seg(name)}` });
+  }
+
+  /**
+   * Force unlock (`DELETE /locks/{name}`, `/fair-locks/{name}` or
+   * `/rwlocks/{name}`): frees the object whoever holds it and wakes its
+   * waiters; their holds are lost. Resolves with whether it was held.
+   */
+  async forceUnlock(name: string, kind: LockKind = "lock"): Promise<boolean> {
+    const answer = await this.#core.call<{ released?: boolean }>({
+      method: "DELETE",
+      path: `${LOCK_PREFIX[kind]}/${seg(name)}`,
+    });
+    return answer?.released ?? false;
+  }
+
+  /** `withHold(() => this.lock(name, options), fn)`. */
+  withLock<T>(name: string, fn: (hold: Hold) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    return withHold(() => this.lock(name, options), fn);
+  }
+
+  /** Runs `fn` with any hold: `lk.withHold(() => lk.fairLock("x"), async (hold) => ...)`. */
+  withHold<H extends BaseHold, T>(acquire: Promise<H> | (() => Promise<H>), fn: (hold: H) => T | Promise<T>): Promise<T> {
+    return withHold(acquire, fn);
+  }
+
+  #lock(kind: "lock" | "fair-lock", name: string, options?: AcquireOptions): Promise<Hold> {
+    const core = this.#core;
+    const prefix = LOCK_PREFIX[kind];
+    return core.acquire(
+      core.single(kind, prefix, name, `${prefix}/${seg(name)}/acquire`, {
+        description: `${kind === "lock" ? "lock" : "fair lock"} ${JSON.stringify(name)}`,
+      }),
+      options,
+    );
+  }
+
+  #rw(mode: "read" | "write", name: string, options?: AcquireOptions): Promise<Hold> {
+    const core = this.#core;
+    return core.acquire(
+      core.single("rwlock", "/rwlocks", name, `/rwlocks/${seg(name)}/${mode}/acquire`, {
+        mode,
+        description: `${mode} hold of rwlock ${JSON.stringify(name)}`,
+      }),
+      options,
+    );
+  }
+}
