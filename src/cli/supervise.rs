@@ -28,8 +28,10 @@ pub struct Hold {
     holder: String,
     fencing_token: u64,
     /// When the hold ends by the client's own clock unless renewed: the
-    /// lease counted from when the request that granted or renewed it was
-    /// sent (it may have started a little later on the service).
+    /// lease counted from when the heartbeat that renewed it was sent (it
+    /// started a little later on the service), or from when the grant
+    /// arrived (a long-poll's grant is made at most one network trip
+    /// earlier, and when within the wait is not known).
     valid_until: Instant,
     interval: Duration,
 }
