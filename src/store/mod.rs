@@ -18,6 +18,7 @@ pub mod backend;
 pub mod pool;
 pub mod pubsub;
 pub mod scripts;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,10 +26,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use redis::{FromRedisValue, Value};
 
-use crate::config::{Config, RedisMode};
+use crate::config::{Config, ConfigError, RedisMode};
 use crate::metrics::Metrics;
 use backend::{Backend, Conn, Connector};
 pub use scripts::Script;
+use tls::RedisTls;
 
 /// Why a Redis call failed, as the HTTP layer needs to know it. Every
 /// variant is a backend condition (503), never an internal error.
@@ -208,11 +210,15 @@ pub struct StoreConfig {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub min_replicas: u32,
+    /// The CA and client certificate for `rediss://` URLs.
+    pub tls: RedisTls,
 }
 
 impl StoreConfig {
-    pub fn from_config(config: &Config) -> Self {
-        StoreConfig {
+    /// The main Redis's settings; reads the TLS files (see [`tls`]).
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        Ok(StoreConfig {
+            tls: config.redis_tls()?,
             mode: config.redis_mode,
             urls: config.redis_urls.clone(),
             sentinel_master: config.sentinel_master.clone(),
@@ -221,7 +227,7 @@ impl StoreConfig {
             connect_timeout: config.redis_connect_timeout(),
             response_timeout: config.redis_response_timeout(),
             min_replicas: config.min_replicas,
-        }
+        })
     }
 }
 
@@ -280,6 +286,7 @@ impl Store {
         let (backend, connector) = backend::open(&backend::Target {
             mode: cfg.mode,
             urls: &cfg.urls,
+            tls: &cfg.tls,
             sentinel_master: &cfg.sentinel_master,
             connections: cfg.pool_size,
             connect_timeout: cfg.connect_timeout,
