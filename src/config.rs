@@ -218,30 +218,13 @@ impl Config {
         self.load_redis_tls(&Sources::default())
     }
 
-    fn load_redis_tls(&self, sources: &Sources) -> Result<RedisTls, ConfigError> {
-        fn file<'a>(
-            sources: &Sources,
-            key: &str,
-            path: Option<&'a Path>,
-        ) -> Option<SettingFile<'a>> {
-            let setting = sources.describe(key);
-            path.map(|path| SettingFile { path, setting })
-        }
-        let ca = file(
-            sources,
-            "redis_tls_ca_file",
-            self.redis_tls_ca_file.as_deref(),
-        );
-        let cert = file(
-            sources,
-            "redis_tls_cert_file",
-            self.redis_tls_cert_file.as_deref(),
-        );
-        let key = file(
-            sources,
-            "redis_tls_key_file",
-            self.redis_tls_key_file.as_deref(),
-        );
+    fn load_redis_tls<'a>(&'a self, sources: &Sources) -> Result<RedisTls, ConfigError> {
+        let file = |key: &str, path: Option<&'a Path>| {
+            path.map(|path| SettingFile::new(path, sources.describe(key)))
+        };
+        let ca = file("redis_tls_ca_file", self.redis_tls_ca_file.as_deref());
+        let cert = file("redis_tls_cert_file", self.redis_tls_cert_file.as_deref());
+        let key = file("redis_tls_key_file", self.redis_tls_key_file.as_deref());
         let client = match (cert, key) {
             (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,

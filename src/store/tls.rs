@@ -51,7 +51,14 @@ pub struct SettingFile<'a> {
     pub setting: String,
 }
 
-impl SettingFile<'_> {
+impl<'a> SettingFile<'a> {
+    pub fn new(path: &'a Path, setting: impl Into<String>) -> Self {
+        SettingFile {
+            path,
+            setting: setting.into(),
+        }
+    }
+
     fn read(&self) -> Result<Vec<u8>, String> {
         std::fs::read(self.path)
             .map_err(|e| format!("{}: cannot read {}: {e}", self.setting, self.path.display()))

@@ -16,5 +16,6 @@ mod redlock;
 mod rwlocks;
 mod scripts;
 mod semaphores;
+mod tls;
 mod topologies;
 mod waiting;
