@@ -208,6 +208,45 @@ impl TestApp {
     }
 }
 
+/// On the lock-like object at `object` (`/locks/n`, `/rwlocks/n`,
+/// `/semaphores/n`, ...): holder `a` acquires by `object/acquire_path`, `b`
+/// waits for it and is woken by `a`'s release, heartbeats, reads the state
+/// and releases. Returns `a`'s grant. `a`'s lease (30 s) is what `b` would
+/// otherwise wait for: a wake within 2 s came through pub/sub.
+pub async fn hand_over(app: &TestApp, object: &str, acquire_path: &str) -> Value {
+    let acquire = format!("{object}/{acquire_path}");
+    let first = app
+        .post(&acquire, json!({"holder": "a", "lease_ms": 30000}))
+        .await;
+    assert_eq!(first.status(), StatusCode::CREATED, "{acquire}");
+    let grant = first.json().await.expect("grant is JSON");
+    let waiter = app.spawn_post(&acquire, json!({"holder": "b", "wait_ms": 10000}));
+    // The waiter's first try is refused; then it waits for a wake.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "{acquire}: the waiter waits");
+    let release = |holder: &str| {
+        let hold = app.url(&format!("{object}/holders/{holder}"));
+        app.client.delete(hold).send()
+    };
+    let released = Instant::now();
+    assert_eq!(release("a").await.expect("sent").status(), StatusCode::OK);
+    let woken = waiter.await.expect("waiter");
+    assert_eq!(woken.status(), StatusCode::CREATED, "{acquire}");
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "{acquire}: woken after {:?}",
+        released.elapsed()
+    );
+    let heartbeat = app
+        .post(&format!("{object}/holders/b/heartbeat"), json!({}))
+        .await;
+    assert_eq!(heartbeat.status(), StatusCode::OK, "{object} heartbeat");
+    let state = app.client.get(app.url(object)).send().await.expect("sent");
+    assert_eq!(state.status(), StatusCode::OK, "{object} state");
+    assert_eq!(release("b").await.expect("sent").status(), StatusCode::OK);
+    grant
+}
+
 /// Asserts a problem+json answer with the given status and slug; returns it.
 pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
     assert_eq!(response.status().as_u16(), status, "status for {slug}");
@@ -243,6 +282,23 @@ pub async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnectio
         .get_multiplexed_async_connection()
         .await
         .expect("connect to test redis")
+}
+
+/// Whether `master` has a replica in sync within 10 s.
+pub async fn replica_in_sync(master: &RedisServer) -> bool {
+    let conn = redis_conn(master).await;
+    eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        }
+    })
+    .await
 }
 
 /// Reads a Server-Sent Events response into `(event, data)` pairs until

@@ -1,6 +1,7 @@
 //! Black-box tests of latchkey: the real app on port 0, against real
 //! redis-server processes that the tests start themselves. No mocks.
 
+mod acl;
 mod cli;
 mod errors;
 mod fair;

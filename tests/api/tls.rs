@@ -4,45 +4,11 @@
 //! certificates, Sentinel, Cluster and RedLock nodes; each grants, wakes a
 //! waiter through the pub/sub connection, and releases.
 
-use std::time::{Duration, Instant};
-
 use latchkey::config::RedisMode;
 use latchkey::devredis::{RedisCluster, RedisServer};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::helpers::*;
-
-/// Acquire, a waiter woken by the release, then its own release; returns
-/// the first grant. The lease (30 s) is what the waiter would otherwise
-/// wait for: a wake within 2 s came through the pub/sub connection. `kind`
-/// is `locks` or `redlocks`.
-async fn hand_over(app: &TestApp, kind: &str, name: &str) -> Value {
-    let acquire = format!("/{kind}/{name}/acquire");
-    let first = app
-        .post(&acquire, json!({"holder": "a", "lease_ms": 30000}))
-        .await;
-    assert_eq!(first.status(), 201, "{acquire}");
-    let grant = first.json().await.unwrap();
-    let waiter = app.spawn_post(&acquire, json!({"holder": "b", "wait_ms": 10000}));
-    // The waiter's first try is refused before it waits for a wake.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished(), "{acquire}: the waiter waits");
-    let released = Instant::now();
-    let release = |holder: &str| {
-        let hold = app.url(&format!("/{kind}/{name}/holders/{holder}"));
-        app.client.delete(hold).send()
-    };
-    assert_eq!(release("a").await.unwrap().status(), 200, "{name}");
-    let woken = waiter.await.unwrap();
-    assert_eq!(woken.status(), 201, "{acquire}");
-    assert!(
-        released.elapsed() < Duration::from_secs(2),
-        "{acquire}: woken after {:?}",
-        released.elapsed()
-    );
-    assert_eq!(release("b").await.unwrap().status(), 200, "{name}");
-    grant
-}
 
 async fn readyz(app: &TestApp) -> u16 {
     let response = app.client.get(app.url("/readyz")).send().await.unwrap();
@@ -61,7 +27,7 @@ async fn standalone_over_tls_trusts_the_configured_ca() {
 
     let app = spawn_app(pki.trusted_by(test_config(&redis), false)).await;
     assert_eq!(readyz(&app).await, 200);
-    hand_over(&app, "locks", "tls-standalone").await;
+    hand_over(&app, "/locks/tls-standalone", "acquire").await;
 }
 
 #[tokio::test]
@@ -85,19 +51,7 @@ async fn a_server_that_requires_client_certificates_lets_in_only_latchkey_with_o
 
     // With min_replicas, writes go through the dedicated connections (and
     // WAIT for the replica, which replicates over TLS as well).
-    let conn = redis_conn(&redis).await;
-    let replicating = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut conn)
-                .await
-                .unwrap_or_default();
-            info.contains("state=online")
-        }
-    })
-    .await;
+    let replicating = replica_in_sync(&redis).await;
     assert!(
         replicating,
         "the replica syncs over TLS: {}",
@@ -111,7 +65,7 @@ async fn a_server_that_requires_client_certificates_lets_in_only_latchkey_with_o
     };
     let with = spawn_app(config).await;
     assert_eq!(readyz(&with).await, 200);
-    hand_over(&with, "locks", "mtls").await;
+    hand_over(&with, "/locks/mtls", "acquire").await;
 }
 
 #[tokio::test]
@@ -129,7 +83,7 @@ async fn sentinel_lookups_and_the_master_go_over_tls() {
     };
     let app = spawn_app(pki.trusted_by(config, true)).await;
     assert_eq!(readyz(&app).await, 200);
-    hand_over(&app, "locks", "tls-sentinel").await;
+    hand_over(&app, "/locks/tls-sentinel", "acquire").await;
 }
 
 #[tokio::test]
@@ -146,7 +100,7 @@ async fn cluster_nodes_and_their_bus_go_over_tls() {
     // name's node, and the cluster bus (TLS too) carries the message to
     // the node the hub subscribed on.
     for i in 0..6 {
-        hand_over(&app, "locks", &format!("tls-cluster-{i}")).await;
+        hand_over(&app, &format!("/locks/tls-cluster-{i}"), "acquire").await;
     }
 }
 
@@ -163,7 +117,7 @@ async fn redlock_nodes_go_over_tls() {
         ..test_config(&main)
     };
     let app = spawn_app(pki.trusted_by(config, true)).await;
-    let grant = hand_over(&app, "redlocks", "tls-redlock").await;
+    let grant = hand_over(&app, "/redlocks/tls-redlock", "acquire").await;
     assert_eq!(
         grant["nodes"],
         json!({"acquired": 3, "total": 3}),
