@@ -34,6 +34,8 @@ use redis::{
     RedisError, RedisResult, TlsCertificates, TlsMode,
 };
 
+use deadpool::managed::PoolError;
+
 use super::pool::{self, ConnPool, RedisManager};
 use super::tls::{RedisTls, tls_mode};
 use crate::config::{RedisMode, redact};
@@ -211,7 +213,7 @@ impl Shared {
     async fn get(
         &self,
         replacing: Option<SlotRef>,
-    ) -> Result<(SlotRef, MultiplexedConnection), String> {
+    ) -> RedisResult<(SlotRef, MultiplexedConnection)> {
         let inner = &self.inner;
         if let Some(used) = replacing {
             inner.discard(used);
@@ -263,7 +265,7 @@ impl SharedInner {
     /// Connects (no lock held meanwhile) and stores the connection in
     /// `slot`, unless another call filled it first; returns what the slot
     /// holds then.
-    async fn connect(&self, slot: usize) -> Result<(SlotRef, MultiplexedConnection), String> {
+    async fn connect(&self, slot: usize) -> RedisResult<(SlotRef, MultiplexedConnection)> {
         let connect = async {
             self.connector
                 .client()
@@ -273,8 +275,7 @@ impl SharedInner {
         };
         let conn = tokio::time::timeout(self.connect_timeout * 2, connect)
             .await
-            .map_err(|_| "timed out connecting to Redis".to_string())?
-            .map_err(|e: RedisError| e.to_string())?;
+            .map_err(|_| timed_out("timed out connecting to Redis"))??;
         let mut stored = self.slots[slot].conn.lock();
         let (generation, conn) = stored
             .get_or_insert_with(|| (self.generation.fetch_add(1, Ordering::Relaxed), conn))
@@ -394,6 +395,11 @@ pub fn open(target: &Target<'_>) -> Result<(Backend, Connector), String> {
     Ok((Backend::Single { shared, dedicated }, connector))
 }
 
+/// A timeout, as the redis crate reports one (`is_timeout`).
+fn timed_out(what: &str) -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string()).into()
+}
+
 /// A connection checked out for one call.
 pub enum Conn {
     Shared(SlotRef, MultiplexedConnection),
@@ -405,16 +411,18 @@ impl Backend {
     /// A connection for one call. `dedicated` asks for one that no other
     /// call uses meanwhile (for `WAIT`); `fresh` replaces the connection a
     /// failed call used before handing it out again.
-    pub async fn get(&self, dedicated: bool, fresh: Option<&Conn>) -> Result<Conn, String> {
+    /// Failures are the redis crate's: the store tells a refused login
+    /// from an unreachable server by them.
+    pub async fn get(&self, dedicated: bool, fresh: Option<&Conn>) -> RedisResult<Conn> {
         match self {
             Backend::Single {
                 dedicated: Some(pool),
                 ..
-            } if dedicated => pool
-                .get()
-                .await
-                .map(Conn::Dedicated)
-                .map_err(|e| e.to_string()),
+            } if dedicated => pool.get().await.map(Conn::Dedicated).map_err(|e| match e {
+                PoolError::Backend(e) => e,
+                PoolError::Timeout(_) => timed_out("no pooled Redis connection in time"),
+                other => std::io::Error::other(other.to_string()).into(),
+            }),
             Backend::Single { shared, .. } => {
                 let used = match fresh {
                     Some(Conn::Shared(used, _)) => Some(*used),
@@ -439,7 +447,7 @@ impl Backend {
 }
 
 impl ClusterBackend {
-    async fn get(&self) -> Result<ClusterConnection, String> {
+    async fn get(&self) -> RedisResult<ClusterConnection> {
         if let Some(conn) = self.conn.lock().as_ref() {
             return Ok(conn.clone());
         }
@@ -452,8 +460,7 @@ impl ClusterBackend {
             Box::pin(self.client.get_async_connection()),
         )
         .await
-        .map_err(|_| "timed out connecting to the cluster".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| timed_out("timed out connecting to the cluster"))??;
         Ok(self.conn.lock().get_or_insert(created).clone())
     }
 }

@@ -181,6 +181,10 @@ impl std::error::Error for StoreError {}
 /// The failure of one command, with what the store needs to decide about
 /// the connection it ran on.
 fn condition_of(err: &redis::RedisError) -> Condition {
+    // A refused AUTH is also "unrecoverable" (reconnect) to the redis crate.
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return Condition::Unauthorized;
+    }
     if err.is_timeout() {
         return Condition::Timeout;
     }
@@ -363,7 +367,7 @@ impl Store {
         // Type-erased: the connection futures (cluster discovery, Sentinel
         // lookups) are deep enough to overflow rustc's trait and layout
         // queries when nested in every handler's future.
-        let get: BoxFuture<'_, Result<Conn, String>> =
+        let get: BoxFuture<'_, redis::RedisResult<Conn>> =
             Box::pin(self.inner.backend.get(dedicated, replacing));
         let Ok(got) = tokio::time::timeout_at(deadline.into(), get).await else {
             // Connected (the kernel accepts) but unanswered: a stalled server.
@@ -373,11 +377,17 @@ impl Store {
                 detail: "no connection to Redis within the call's budget".into(),
             });
         };
-        got.map_err(|detail| {
+        got.map_err(|e| {
             self.count_error("pool");
+            // Refused credentials or permissions (the login, a Sentinel
+            // lookup) say so; anything else is a server out of reach.
+            let condition = match condition_of(&e) {
+                Condition::Unauthorized => Condition::Unauthorized,
+                _ => Condition::Unreachable,
+            };
             StoreError::Unavailable {
-                condition: Condition::Unreachable,
-                detail,
+                condition,
+                detail: e.to_string(),
             }
         })
     }

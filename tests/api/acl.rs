@@ -274,6 +274,38 @@ async fn the_documented_acl_serves_every_primitive_and_the_redlock_nodes() {
     }
 }
 
+/// A wrong password, or a user the Sentinels refuse, is refused while
+/// connecting: the 503 says so instead of "cannot be reached".
+#[tokio::test]
+async fn refused_credentials_answer_503_naming_them() {
+    let redis = redis();
+    let sentinel = RedisServer::start_sentinel("refusing", redis.port(), None).expect("sentinel");
+    set_user(&redis, &[everywhere()]).await;
+    set_user(
+        &sentinel,
+        &[vec!["latchkey".into(), "on".into(), ">secret".into()]],
+    )
+    .await;
+    let wrong_password =
+        test_config_for(vec![redis.url().replacen("://", "://latchkey:wrong@", 1)]);
+    let no_lookup = Config {
+        redis_mode: RedisMode::Sentinel,
+        sentinel_master: "refusing".into(),
+        ..test_config_for(vec![as_user(&sentinel.url())])
+    };
+    for config in [wrong_password, no_lookup] {
+        let app = spawn_app_unready(config).await;
+        let response = app.acquire("refused", json!({"holder": "a"})).await;
+        let problem = assert_problem(response, 503, "backend-unavailable").await;
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("rejected the service's credentials or permissions")),
+            "{problem}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_documented_acl_serves_sentinel_mode_with_min_replicas() {
     let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]).expect("master");
