@@ -8,6 +8,8 @@
 //!   fit in it, so a stalled Redis costs a request at most that long.
 //! - [`pubsub::Hub`]: one dedicated subscriber connection per process that
 //!   fans notifications out to in-process waiters.
+//! - [`backend`]: standalone, Sentinel and Cluster behind one type;
+//!   [`tls`]: the CA and client certificate of `rediss://` connections.
 //!
 //! Key layout: `{prefix}{<name>}:<part>`. Every key and channel of one
 //! object shares the hash tag `{<name>}`, so each script touches a single
