@@ -787,6 +787,14 @@ mod tests {
         assert_eq!(c.redis_mode, RedisMode::Standalone);
         assert_eq!(c.sentinel_master, "mymaster");
         assert!(c.redlock_nodes.is_empty());
+        assert_eq!(
+            (
+                &c.redis_tls_ca_file,
+                &c.redis_tls_cert_file,
+                &c.redis_tls_key_file
+            ),
+            (&None, &None, &None)
+        );
         assert_eq!(c.key_prefix, "latchkey:");
         assert_eq!(c.max_wait_ms, 60_000);
         assert_eq!(c.queue_grace_ms, 5_000);
