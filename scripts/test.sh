@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
+# The TLS tests make their certificates with the openssl command.
+scripts/ensure-package.sh openssl openssl
 exec cargo test --locked "$@"

@@ -44,7 +44,8 @@ impl Application {
         }
         let metrics = Metrics::new();
         let shutdown = CancellationToken::new();
-        let store = Store::open(&StoreConfig::from_config(&config), metrics.clone()).await?;
+        let store_config = StoreConfig::from_config(&config).map_err(|e| e.to_string())?;
+        let store = Store::open(&store_config, metrics.clone()).await?;
         store.check_eviction_policy().await;
         let hub = Hub::start(
             store.connector(),
@@ -60,7 +61,8 @@ impl Application {
         let redlocks = if config.redlock_nodes.is_empty() {
             None
         } else {
-            Some(RedLocks::open(&config, store.clone(), metrics.clone()).await?)
+            let nodes = &config.redlock_nodes;
+            Some(RedLocks::open(nodes, &store_config, store.clone(), metrics.clone()).await?)
         };
         let keys = Keys::from_config(&config)?;
         if keys.open() {

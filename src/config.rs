@@ -11,12 +11,15 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{Args, Command, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+
+use crate::store::tls::{RedisTls, SettingFile};
 
 /// How latchkey reaches its main Redis deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -100,6 +103,18 @@ pub struct Config {
     )]
     #[serde(deserialize_with = "de_list")]
     pub redlock_nodes: Vec<String>,
+    /// CA certificate(s), PEM, that rediss:// servers' certificates must chain to; unset = the system's roots.
+    #[arg(long, env = "LATCHKEY_REDIS_TLS_CA_FILE", value_name = "FILE")]
+    #[serde(default, deserialize_with = "de_path")]
+    pub redis_tls_ca_file: Option<PathBuf>,
+    /// Client certificate, PEM (its chain may follow), shown to rediss:// servers that require one; needs redis_tls_key_file.
+    #[arg(long, env = "LATCHKEY_REDIS_TLS_CERT_FILE", value_name = "FILE")]
+    #[serde(default, deserialize_with = "de_path")]
+    pub redis_tls_cert_file: Option<PathBuf>,
+    /// Private key, PEM, of redis_tls_cert_file.
+    #[arg(long, env = "LATCHKEY_REDIS_TLS_KEY_FILE", value_name = "FILE")]
+    #[serde(default, deserialize_with = "de_path")]
+    pub redis_tls_key_file: Option<PathBuf>,
     /// Prefix of every Redis key and pub/sub channel.
     #[arg(long, env = "LATCHKEY_KEY_PREFIX", default_value = "latchkey:")]
     #[serde(deserialize_with = "de_string")]
@@ -209,6 +224,46 @@ impl Config {
         Duration::from_millis(self.redis_response_timeout_ms)
     }
 
+    /// The TLS files of `rediss://` connections, read and checked (see
+    /// [`RedisTls::load`]); errors name the setting's key.
+    pub fn redis_tls(&self) -> Result<RedisTls, ConfigError> {
+        self.load_redis_tls(&Sources::default())
+    }
+
+    fn load_redis_tls<'a>(&'a self, sources: &Sources) -> Result<RedisTls, ConfigError> {
+        let file = |key: &str, path: Option<&'a Path>| {
+            path.map(|path| SettingFile::new(path, sources.describe(key)))
+        };
+        let ca = file("redis_tls_ca_file", self.redis_tls_ca_file.as_deref());
+        let cert = file("redis_tls_cert_file", self.redis_tls_cert_file.as_deref());
+        let key = file("redis_tls_key_file", self.redis_tls_key_file.as_deref());
+        let client = match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(given), None) | (None, Some(given)) => {
+                return Err(ConfigError(format!(
+                    "{} is set without the other of redis_tls_cert_file and redis_tls_key_file; \
+                     a client certificate needs both",
+                    given.setting
+                )));
+            }
+        };
+        let given = ca.iter().chain(client.iter().map(|(cert, _)| cert)).next();
+        if let Some(given) = given
+            && !self
+                .redis_urls
+                .iter()
+                .chain(&self.redlock_nodes)
+                .any(|url| url.starts_with("rediss://"))
+        {
+            return Err(ConfigError(format!(
+                "{} is set, but no Redis URL uses TLS; give rediss:// URLs or unset it",
+                given.setting
+            )));
+        }
+        RedisTls::load(ca, client).map_err(ConfigError)
+    }
+
     /// Checks a configuration built in code (tests, embedding) by the same
     /// rules as one read from the process; errors name the setting's key.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -254,6 +309,8 @@ impl Config {
                 self.redlock_nodes.len()
             ));
         }
+
+        self.load_redis_tls(sources)?;
 
         let prefix = &self.key_prefix;
         if prefix.is_empty()
@@ -641,6 +698,17 @@ fn de_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
     address(&de_string(d)?).map_err(serde::de::Error::custom)
 }
 
+/// An optional file path (unset in the file is `null` here).
+fn de_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.into())),
+        other => Err(serde::de::Error::custom(format!(
+            "must be a file path, got {other}"
+        ))),
+    }
+}
+
 fn de_mode<'de, D: Deserializer<'de>>(d: D) -> Result<RedisMode, D::Error> {
     RedisMode::parse(&de_string(d)?).map_err(serde::de::Error::custom)
 }
@@ -735,6 +803,14 @@ mod tests {
         assert_eq!(c.redis_mode, RedisMode::Standalone);
         assert_eq!(c.sentinel_master, "mymaster");
         assert!(c.redlock_nodes.is_empty());
+        assert_eq!(
+            (
+                &c.redis_tls_ca_file,
+                &c.redis_tls_cert_file,
+                &c.redis_tls_key_file
+            ),
+            (&None, &None, &None)
+        );
         assert_eq!(c.key_prefix, "latchkey:");
         assert_eq!(c.max_wait_ms, 60_000);
         assert_eq!(c.queue_grace_ms, 5_000);
@@ -976,6 +1052,67 @@ mod tests {
             }
         }
         assert!(help.contains("[default: 86400000]"), "{help}");
+    }
+
+    #[test]
+    fn tls_files_need_a_rediss_url_and_a_client_certificate_needs_its_key() {
+        let err = run(
+            &[
+                "--redis-url",
+                "rediss://h:1",
+                "--redis-tls-cert-file",
+                "client.pem",
+            ],
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            err.0.contains("--redis-tls-cert-file is set without"),
+            "{err}"
+        );
+        let err = run(
+            &["--config", "f"],
+            Some("redis_url = \"redis://h:1\"\nredis_tls_ca_file = \"ca.pem\""),
+        )
+        .unwrap_err();
+        assert!(
+            err.0
+                .contains("`redis_tls_ca_file` in f is set, but no Redis URL uses TLS"),
+            "{err}"
+        );
+        let err = run(&["--redis-tls-ca-file", "ca.pem"], None).unwrap_err();
+        assert!(err.0.contains("no Redis URL uses TLS"), "dev mode: {err}");
+    }
+
+    #[test]
+    fn missing_or_unparsable_tls_files_stop_the_start_naming_the_setting() {
+        let dir = std::env::temp_dir().join(format!("latchkey-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, "not a certificate\n").unwrap();
+        let junk = junk.to_str().unwrap();
+        let missing = dir.join("missing.pem");
+        let missing = missing.to_str().unwrap();
+        // A RedLock node's rediss:// URL is enough for the files to apply.
+        let tls = ["--redlock-nodes", "rediss://a:1,rediss://b:1,rediss://c:1"];
+        let with = |extra: &[&str]| run(&[&tls[..], extra].concat(), None);
+
+        let err = with(&["--redis-tls-ca-file", missing]).unwrap_err();
+        assert!(
+            err.0.contains("--redis-tls-ca-file: cannot read") && err.0.contains(missing),
+            "{err}"
+        );
+        let err = with(&["--redis-tls-ca-file", junk]).unwrap_err();
+        assert!(
+            err.0.contains("--redis-tls-ca-file: ") && err.0.contains("holds no PEM certificate"),
+            "{err}"
+        );
+        let err = with(&["--redis-tls-cert-file", junk, "--redis-tls-key-file", junk]).unwrap_err();
+        assert!(
+            err.0.contains("--redis-tls-cert-file: ") && err.0.contains("no PEM certificate"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! Private `redis-server` child processes: dev mode (README: "Set up"), and
 //! the test suite, which starts its own servers the same way.
 //!
-//! Each server listens on a free loopback port, with no persistence, in
-//! its own temporary directory. It is stopped when its handle is dropped,
+//! Each server listens on a free loopback port (over TLS only, for a
+//! server started with [`ServerTls`]), with no persistence, in its own
+//! temporary directory. It is stopped when its handle is dropped,
 //! and on Linux it is also asked (PR_SET_PDEATHSIG) to exit if latchkey
 //! itself dies without running destructors (SIGKILL), so no orphan is left.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::store::tls::{RedisTls, SettingFile};
 
 const INSTALL_HINT: &str = "redis-server was not found on PATH. latchkey's dev mode (no \
 LATCHKEY_REDIS_URL set) starts private redis-server processes. Install it with \
@@ -26,6 +28,69 @@ pub fn redis_server_binary() -> Result<PathBuf, String> {
         .ok_or_else(|| INSTALL_HINT.to_string())
 }
 
+/// TLS for a server the tests start: its certificate and key, the CA
+/// that signed them and the client certificates, and whether clients must
+/// show one. Such a server listens over TLS only, and speaks TLS to its
+/// master (replication), its Sentinel's masters and its cluster bus.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// A client certificate and key signed by `ca`: what the readiness
+    /// probe and `redis-cli` show (and what latchkey may show).
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// `tls-auth-clients yes`: a client without a certificate is refused.
+    pub auth_clients: bool,
+}
+
+impl ServerTls {
+    /// The client side: the CA and the client certificate.
+    pub fn client(&self) -> RedisTls {
+        RedisTls::load(
+            Some(SettingFile::new(&self.ca, "the test CA")),
+            Some((
+                SettingFile::new(&self.client_cert, "the test client certificate"),
+                SettingFile::new(&self.client_key, "the test client key"),
+            )),
+        )
+        .expect("the test TLS files are valid")
+    }
+
+    fn server_args(&self, port: u16) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        let auth = if self.auth_clients { "yes" } else { "no" };
+        [
+            ("--port", "0".to_string()),
+            ("--tls-port", port.to_string()),
+            ("--tls-cert-file", path(&self.cert)),
+            ("--tls-key-file", path(&self.key)),
+            ("--tls-ca-cert-file", path(&self.ca)),
+            ("--tls-auth-clients", auth.to_string()),
+            ("--tls-replication", "yes".to_string()),
+            ("--tls-cluster", "yes".to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect()
+    }
+
+    /// `redis-cli`'s flags to reach such a server.
+    fn redis_cli_args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            path(&self.ca),
+            "--cert".into(),
+            path(&self.client_cert),
+            "--key".into(),
+            path(&self.client_key),
+        ]
+    }
+}
+
 /// One running redis-server child (a data node, or a Sentinel).
 pub struct RedisServer {
     child: Option<Child>,
@@ -34,6 +99,8 @@ pub struct RedisServer {
     extra_args: Vec<String>,
     /// For a Sentinel: the config file it owns (Sentinels rewrite it).
     sentinel_conf: Option<String>,
+    /// Set: the server listens over TLS only.
+    tls: Option<ServerTls>,
 }
 
 impl RedisServer {
@@ -45,25 +112,36 @@ impl RedisServer {
     /// Starts a server with extra `redis-server` arguments
     /// (e.g. `["--replicaof", "127.0.0.1", "6379"]`).
     pub fn start_with(extra_args: &[&str]) -> Result<RedisServer, String> {
-        Self::start_kind(extra_args, None)
+        Self::start_kind(extra_args, None, None)
+    }
+
+    /// [`RedisServer::start_with`], listening over TLS only (tests).
+    pub fn start_tls(tls: &ServerTls, extra_args: &[&str]) -> Result<RedisServer, String> {
+        Self::start_kind(extra_args, None, Some(tls.clone()))
     }
 
     /// Starts a Sentinel that monitors the master on `master_port` under
     /// `name`, with quorum 1 and a 1 s down-after time (tests only: one
-    /// Sentinel is not a safe production setup).
-    pub fn start_sentinel(name: &str, master_port: u16) -> Result<RedisServer, String> {
+    /// Sentinel is not a safe production setup). With `tls`, the Sentinel
+    /// and the master both speak TLS only.
+    pub fn start_sentinel(
+        name: &str,
+        master_port: u16,
+        tls: Option<&ServerTls>,
+    ) -> Result<RedisServer, String> {
         let conf = format!(
             "sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
              sentinel down-after-milliseconds {name} 1000\n\
              sentinel failover-timeout {name} 5000\n\
              sentinel parallel-syncs {name} 1\n"
         );
-        Self::start_kind(&[], Some(conf))
+        Self::start_kind(&[], Some(conf), tls.cloned())
     }
 
     fn start_kind(
         extra_args: &[&str],
         sentinel_conf: Option<String>,
+        tls: Option<ServerTls>,
     ) -> Result<RedisServer, String> {
         let binary = redis_server_binary()?;
         let mut last_error = String::new();
@@ -77,6 +155,7 @@ impl RedisServer {
                 dir: temp_dir(port)?,
                 extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
                 sentinel_conf: sentinel_conf.clone(),
+                tls: tls.clone(),
             };
             match server.spawn(&binary) {
                 Ok(()) => return Ok(server),
@@ -97,8 +176,11 @@ impl RedisServer {
         } else {
             command.args(["--save", ""]).args(["--appendonly", "no"]);
         }
+        match &self.tls {
+            Some(tls) => command.args(tls.server_args(self.port)),
+            None => command.args(["--port", &self.port.to_string()]),
+        };
         command
-            .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--daemonize", "no"])
             .args(["--protected-mode", "yes"])
@@ -117,7 +199,7 @@ impl RedisServer {
         self.child = Some(child);
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(10) {
-            if ping(self.port) {
+            if self.ask(&["PING"]).as_deref() == Some("PONG") {
                 return Ok(());
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
@@ -141,8 +223,31 @@ impl RedisServer {
         self.port
     }
 
+    /// `redis://127.0.0.1:port/`, or `rediss://…` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// A client for this server (with the test CA and client certificate
+    /// for a TLS server), as the default user.
+    pub fn client(&self) -> redis::Client {
+        let tls = self.tls.as_ref().map(ServerTls::client).unwrap_or_default();
+        tls.client(self.url()).expect("a valid URL")
+    }
+
+    /// Sends one command and returns its answer as text, or `None` if the
+    /// server does not answer it within 500 ms (start-up probes).
+    fn ask(&self, command: &[&str]) -> Option<String> {
+        let timeout = Duration::from_millis(500);
+        let mut conn = self.client().get_connection_with_timeout(timeout).ok()?;
+        conn.set_read_timeout(Some(timeout)).ok()?;
+        let (name, args) = command.split_first()?;
+        redis::cmd(name).arg(args).query(&mut conn).ok()
     }
 
     /// Kills the server (as a crash would: no shutdown save).
@@ -192,9 +297,7 @@ impl RedisServer {
     /// (`normal`, `pubsub`, ...) but the one asking, as a network blip or
     /// an operator would; returns how many were killed. Fault injection.
     pub async fn kill_clients(&self, kind: &str) -> redis::RedisResult<i64> {
-        let mut conn = redis::Client::open(self.url())?
-            .get_multiplexed_async_connection()
-            .await?;
+        let mut conn = self.client().get_multiplexed_async_connection().await?;
         redis::cmd("CLIENT")
             .arg("KILL")
             .arg("TYPE")
@@ -235,6 +338,16 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start(n: usize) -> Result<RedisCluster, String> {
+        Self::start_on(n, None)
+    }
+
+    /// [`RedisCluster::start`] with every node, and the cluster bus, over
+    /// TLS only.
+    pub fn start_tls(n: usize, tls: &ServerTls) -> Result<RedisCluster, String> {
+        Self::start_on(n, Some(tls))
+    }
+
+    fn start_on(n: usize, tls: Option<&ServerTls>) -> Result<RedisCluster, String> {
         let args = [
             "--cluster-enabled",
             "yes",
@@ -244,9 +357,12 @@ impl RedisCluster {
             "2000",
         ];
         let nodes = (0..n)
-            .map(|_| RedisServer::start_with(&args))
+            .map(|_| RedisServer::start_kind(&args, None, tls.cloned()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut create = Command::new("redis-cli");
+        if let Some(tls) = tls {
+            create.args(tls.redis_cli_args());
+        }
         create.args(["--cluster", "create"]);
         for node in &nodes {
             create.arg(format!("127.0.0.1:{}", node.port()));
@@ -263,7 +379,10 @@ impl RedisCluster {
         }
         let started = Instant::now();
         for node in &nodes {
-            while !cluster_ok(node.port()) {
+            while !node
+                .ask(&["CLUSTER", "INFO"])
+                .is_some_and(|info| info.contains("cluster_state:ok"))
+            {
                 if started.elapsed() > Duration::from_secs(20) {
                     return Err("cluster did not reach cluster_state:ok within 20 s".into());
                 }
@@ -276,19 +395,6 @@ impl RedisCluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
-}
-
-fn cluster_ok(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    if stream.write_all(b"CLUSTER INFO\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 256];
-    let n = stream.read(&mut buf).unwrap_or(0);
-    String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
 }
 
 /// Dev mode's servers: one main node and three independent RedLock nodes.
@@ -328,17 +434,4 @@ fn temp_dir(port: u16) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("latchkey-redis-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     Ok(dir)
-}
-
-/// True when something on `port` answers `PING` with `+PONG`.
-fn ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }

@@ -46,7 +46,6 @@ use futures_util::future::join_all;
 use redis::Value;
 
 use super::{Attempt, AttemptId, Blocked};
-use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::{Condition, Store, StoreConfig, StoreError, reply_u64, scripts};
 
@@ -157,17 +156,22 @@ fn no_quorum(detail: String) -> StoreError {
 }
 
 impl RedLocks {
-    /// Prepares one store per node in `config.redlock_nodes` (with the
-    /// main Redis's prefix and timeouts). A node that is down now is not
-    /// an error: it is tried again on every call.
-    pub async fn open(config: &Config, main: Store, metrics: Metrics) -> Result<Self, String> {
-        let opened = join_all(config.redlock_nodes.iter().map(|url| {
+    /// Prepares one store per node in `nodes` (with the main Redis's
+    /// prefix, timeouts and TLS files, from `main_config`). A node that is
+    /// down now is not an error: it is tried again on every call.
+    pub async fn open(
+        nodes: &[String],
+        main_config: &StoreConfig,
+        main: Store,
+        metrics: Metrics,
+    ) -> Result<Self, String> {
+        let opened = join_all(nodes.iter().map(|url| {
             let node = StoreConfig {
                 mode: crate::config::RedisMode::Standalone,
                 urls: vec![url.clone()],
                 pool_size: 1,
                 min_replicas: 0,
-                ..StoreConfig::from_config(config)
+                ..main_config.clone()
             };
             // A registry of their own: a RedLock node that is down is
             // counted per node (`latchkey_redlock_node_errors_total`),

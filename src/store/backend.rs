@@ -28,10 +28,16 @@ use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError, RedisResult};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo,
+    RedisError, RedisResult, TlsCertificates, TlsMode,
+};
+
+use deadpool::managed::PoolError;
 
 use super::pool::{self, ConnPool, RedisManager};
+use super::tls::{RedisTls, tls_mode};
 use crate::config::{RedisMode, redact};
 
 /// Where new connections go.
@@ -53,24 +59,96 @@ pub enum Connector {
 /// `SentinelClient` is built per lookup (that is cheap and needs no I/O),
 /// so concurrent lookups never queue behind one another or a dead Sentinel.
 pub struct SentinelTarget {
-    urls: Vec<String>,
+    sentinels: Vec<ConnectionAddr>,
     master: String,
-    node: SentinelNodeConnectionInfo,
+    /// Credentials, database and protocol from the URLs: for the Sentinels
+    /// and the master alike (the database for the master only).
+    settings: RedisConnectionInfo,
+    /// With `rediss://` Sentinel URLs the master is reached over TLS too.
+    tls_mode: Option<TlsMode>,
+    /// The CA and client certificate, for both (TLS only).
+    certs: Option<TlsCertificates>,
+}
+
+impl SentinelTarget {
+    fn new(urls: &[String], master: &str, tls: &RedisTls) -> Result<Self, String> {
+        let infos = urls
+            .iter()
+            .map(|url| {
+                url.as_str()
+                    .into_connection_info()
+                    .map_err(|e| format!("invalid Sentinel URL {}: {e}", redact(url)))
+            })
+            .collect::<Result<Vec<ConnectionInfo>, _>>()?;
+        let first = infos.first().ok_or("no Sentinel URL")?;
+        let mode = tls_mode(first.addr());
+        let settings = first.redis_settings();
+        let alike = |info: &ConnectionInfo| {
+            let other = info.redis_settings();
+            tls_mode(info.addr()) == mode
+                && (other.username(), other.password(), other.db())
+                    == (settings.username(), settings.password(), settings.db())
+        };
+        if !infos.iter().all(alike) {
+            return Err(
+                "the Sentinel URLs must share one scheme (redis:// or rediss://), \
+                 one user, one password and one database"
+                    .into(),
+            );
+        }
+        let target = SentinelTarget {
+            sentinels: infos.iter().map(|info| info.addr().clone()).collect(),
+            master: master.to_string(),
+            settings: settings.clone(),
+            tls_mode: mode,
+            certs: mode.and(tls.certificates().cloned()),
+        };
+        // Validate the URLs, the master name and the certificates once, at
+        // start.
+        target
+            .lookup()
+            .map_err(|e| format!("invalid Sentinel configuration: {e}"))?;
+        Ok(target)
+    }
+
+    /// A client that asks the Sentinels for the master, then connects to it.
+    fn lookup(&self) -> RedisResult<SentinelClient> {
+        let s = &self.settings;
+        let mut builder = SentinelClientBuilder::new(
+            self.sentinels.iter().cloned(),
+            &self.master,
+            SentinelServerType::Master,
+        )?
+        .set_client_to_sentinel_protocol(s.protocol())
+        .set_client_to_redis_protocol(s.protocol())
+        .set_client_to_redis_db(s.db());
+        if let Some(user) = s.username() {
+            builder = builder
+                .set_client_to_sentinel_username(user)
+                .set_client_to_redis_username(user);
+        }
+        if let Some(password) = s.password() {
+            builder = builder
+                .set_client_to_sentinel_password(password)
+                .set_client_to_redis_password(password);
+        }
+        if let Some(mode) = self.tls_mode {
+            builder = builder.set_client_to_redis_tls_mode(mode);
+        }
+        if let Some(certs) = &self.certs {
+            builder = builder
+                .set_client_to_sentinel_certificates(certs.clone())
+                .set_client_to_redis_certificates(certs.clone());
+        }
+        builder.build()
+    }
 }
 
 impl Connector {
     pub async fn client(&self) -> RedisResult<redis::Client> {
         match self {
             Connector::Direct(client) => Ok((**client).clone()),
-            Connector::Sentinel(target) => {
-                let mut sentinel = SentinelClient::build(
-                    target.urls.iter().map(String::as_str).collect(),
-                    target.master.clone(),
-                    Some(target.node.clone()),
-                    SentinelServerType::Master,
-                )?;
-                sentinel.async_get_client().await
-            }
+            Connector::Sentinel(target) => target.lookup()?.async_get_client().await,
             Connector::AnyNode { clients, next } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % clients.len();
                 Ok(clients[i].clone())
@@ -135,7 +213,7 @@ impl Shared {
     async fn get(
         &self,
         replacing: Option<SlotRef>,
-    ) -> Result<(SlotRef, MultiplexedConnection), String> {
+    ) -> RedisResult<(SlotRef, MultiplexedConnection)> {
         let inner = &self.inner;
         if let Some(used) = replacing {
             inner.discard(used);
@@ -187,7 +265,7 @@ impl SharedInner {
     /// Connects (no lock held meanwhile) and stores the connection in
     /// `slot`, unless another call filled it first; returns what the slot
     /// holds then.
-    async fn connect(&self, slot: usize) -> Result<(SlotRef, MultiplexedConnection), String> {
+    async fn connect(&self, slot: usize) -> RedisResult<(SlotRef, MultiplexedConnection)> {
         let connect = async {
             self.connector
                 .client()
@@ -197,8 +275,7 @@ impl SharedInner {
         };
         let conn = tokio::time::timeout(self.connect_timeout * 2, connect)
             .await
-            .map_err(|_| "timed out connecting to Redis".to_string())?
-            .map_err(|e: RedisError| e.to_string())?;
+            .map_err(|_| timed_out("timed out connecting to Redis"))??;
         let mut stored = self.slots[slot].conn.lock();
         let (generation, conn) = stored
             .get_or_insert_with(|| (self.generation.fetch_add(1, Ordering::Relaxed), conn))
@@ -236,6 +313,8 @@ pub struct ClusterBackend {
 pub struct Target<'a> {
     pub mode: RedisMode,
     pub urls: &'a [String],
+    /// For `rediss://` URLs.
+    pub tls: &'a RedisTls,
     pub sentinel_master: &'a str,
     pub connections: usize,
     pub connect_timeout: Duration,
@@ -250,49 +329,37 @@ pub fn open(target: &Target<'_>) -> Result<(Backend, Connector), String> {
     let connector = match target.mode {
         RedisMode::Standalone => {
             let url = target.urls.first().ok_or("no Redis URL")?;
-            let client = redis::Client::open(url.as_str()).map_err(|e| invalid(url, e))?;
+            let client = target
+                .tls
+                .client(url.as_str())
+                .map_err(|e| invalid(url, e))?;
             Connector::Direct(Box::new(client))
         }
-        RedisMode::Sentinel => {
-            let first = target.urls.first().ok_or("no Sentinel URL")?;
-            let info = first
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| invalid(first, e))?;
-            // Credentials and database in the URLs apply to the master too.
-            let node = SentinelNodeConnectionInfo::default()
-                .set_redis_connection_info(info.redis_settings().clone());
-            let node = if first.starts_with("rediss://") {
-                node.set_tls_mode(redis::TlsMode::Secure)
-            } else {
-                node
-            };
-            let target = SentinelTarget {
-                urls: target.urls.to_vec(),
-                master: target.sentinel_master.to_string(),
-                node,
-            };
-            // Validate the URLs and master name once, at start.
-            SentinelClient::build(
-                target.urls.iter().map(String::as_str).collect(),
-                target.master.clone(),
-                Some(target.node.clone()),
-                SentinelServerType::Master,
-            )
-            .map_err(|e| format!("invalid Sentinel configuration: {e}"))?;
-            Connector::Sentinel(Arc::new(target))
-        }
+        RedisMode::Sentinel => Connector::Sentinel(Arc::new(SentinelTarget::new(
+            target.urls,
+            target.sentinel_master,
+            target.tls,
+        )?)),
         RedisMode::Cluster => {
-            let client = ClusterClient::builder(target.urls.iter().map(String::as_str))
-                .connection_timeout(target.connect_timeout)
-                .response_timeout(target.response_timeout)
-                .build()
-                .map_err(|e| format!("invalid Redis Cluster configuration: {e}"))?;
             let clients = target
                 .urls
                 .iter()
-                .map(|u| redis::Client::open(u.as_str()).map_err(|e| invalid(u, e)))
+                .map(|url| target.tls.client(url.as_str()).map_err(|e| invalid(url, e)))
                 .collect::<Result<Vec<_>, _>>()?;
+            let mut builder = ClusterClient::builder(target.urls.iter().map(String::as_str))
+                .connection_timeout(target.connect_timeout)
+                .response_timeout(target.response_timeout);
+            // The seeds' scheme decides TLS; certificates only go with it.
+            let seed = clients.first().ok_or("no Redis Cluster URL")?;
+            if let (Some(mode), Some(certs)) = (
+                tls_mode(seed.get_connection_info().addr()),
+                target.tls.certificates(),
+            ) {
+                builder = builder.tls(mode).certs(certs.clone());
+            }
+            let client = builder
+                .build()
+                .map_err(|e| format!("invalid Redis Cluster configuration: {e}"))?;
             let connector = Connector::AnyNode {
                 clients: Arc::new(clients),
                 next: Arc::new(AtomicUsize::new(0)),
@@ -328,6 +395,11 @@ pub fn open(target: &Target<'_>) -> Result<(Backend, Connector), String> {
     Ok((Backend::Single { shared, dedicated }, connector))
 }
 
+/// A timeout, as the redis crate reports one (`is_timeout`).
+fn timed_out(what: &str) -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string()).into()
+}
+
 /// A connection checked out for one call.
 pub enum Conn {
     Shared(SlotRef, MultiplexedConnection),
@@ -339,16 +411,18 @@ impl Backend {
     /// A connection for one call. `dedicated` asks for one that no other
     /// call uses meanwhile (for `WAIT`); `fresh` replaces the connection a
     /// failed call used before handing it out again.
-    pub async fn get(&self, dedicated: bool, fresh: Option<&Conn>) -> Result<Conn, String> {
+    /// Failures are the redis crate's: the store tells a refused login
+    /// from an unreachable server by them.
+    pub async fn get(&self, dedicated: bool, fresh: Option<&Conn>) -> RedisResult<Conn> {
         match self {
             Backend::Single {
                 dedicated: Some(pool),
                 ..
-            } if dedicated => pool
-                .get()
-                .await
-                .map(Conn::Dedicated)
-                .map_err(|e| e.to_string()),
+            } if dedicated => pool.get().await.map(Conn::Dedicated).map_err(|e| match e {
+                PoolError::Backend(e) => e,
+                PoolError::Timeout(_) => timed_out("no pooled Redis connection in time"),
+                other => std::io::Error::other(other.to_string()).into(),
+            }),
             Backend::Single { shared, .. } => {
                 let used = match fresh {
                     Some(Conn::Shared(used, _)) => Some(*used),
@@ -373,7 +447,7 @@ impl Backend {
 }
 
 impl ClusterBackend {
-    async fn get(&self) -> Result<ClusterConnection, String> {
+    async fn get(&self) -> RedisResult<ClusterConnection> {
         if let Some(conn) = self.conn.lock().as_ref() {
             return Ok(conn.clone());
         }
@@ -386,8 +460,7 @@ impl ClusterBackend {
             Box::pin(self.client.get_async_connection()),
         )
         .await
-        .map_err(|_| "timed out connecting to the cluster".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| timed_out("timed out connecting to the cluster"))??;
         Ok(self.conn.lock().get_or_insert(created).clone())
     }
 }

@@ -8,6 +8,8 @@
 //!   fit in it, so a stalled Redis costs a request at most that long.
 //! - [`pubsub::Hub`]: one dedicated subscriber connection per process that
 //!   fans notifications out to in-process waiters.
+//! - [`backend`]: standalone, Sentinel and Cluster behind one type;
+//!   [`tls`]: the CA and client certificate of `rediss://` connections.
 //!
 //! Key layout: `{prefix}{<name>}:<part>`. Every key and channel of one
 //! object shares the hash tag `{<name>}`, so each script touches a single
@@ -18,6 +20,7 @@ pub mod backend;
 pub mod pool;
 pub mod pubsub;
 pub mod scripts;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,10 +28,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use redis::{FromRedisValue, Value};
 
-use crate::config::{Config, RedisMode};
+use crate::config::{Config, ConfigError, RedisMode};
 use crate::metrics::Metrics;
 use backend::{Backend, Conn, Connector};
 pub use scripts::Script;
+use tls::RedisTls;
 
 /// Why a Redis call failed, as the HTTP layer needs to know it. Every
 /// variant is a backend condition (503), never an internal error.
@@ -179,6 +183,10 @@ impl std::error::Error for StoreError {}
 /// The failure of one command, with what the store needs to decide about
 /// the connection it ran on.
 fn condition_of(err: &redis::RedisError) -> Condition {
+    // A refused AUTH is also "unrecoverable" (reconnect) to the redis crate.
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return Condition::Unauthorized;
+    }
     if err.is_timeout() {
         return Condition::Timeout;
     }
@@ -208,11 +216,15 @@ pub struct StoreConfig {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub min_replicas: u32,
+    /// The CA and client certificate for `rediss://` URLs.
+    pub tls: RedisTls,
 }
 
 impl StoreConfig {
-    pub fn from_config(config: &Config) -> Self {
-        StoreConfig {
+    /// The main Redis's settings; reads the TLS files (see [`tls`]).
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        Ok(StoreConfig {
+            tls: config.redis_tls()?,
             mode: config.redis_mode,
             urls: config.redis_urls.clone(),
             sentinel_master: config.sentinel_master.clone(),
@@ -221,7 +233,7 @@ impl StoreConfig {
             connect_timeout: config.redis_connect_timeout(),
             response_timeout: config.redis_response_timeout(),
             min_replicas: config.min_replicas,
-        }
+        })
     }
 }
 
@@ -280,6 +292,7 @@ impl Store {
         let (backend, connector) = backend::open(&backend::Target {
             mode: cfg.mode,
             urls: &cfg.urls,
+            tls: &cfg.tls,
             sentinel_master: &cfg.sentinel_master,
             connections: cfg.pool_size,
             connect_timeout: cfg.connect_timeout,
@@ -371,7 +384,7 @@ impl Store {
         // Type-erased: the connection futures (cluster discovery, Sentinel
         // lookups) are deep enough to overflow rustc's trait and layout
         // queries when nested in every handler's future.
-        let get: BoxFuture<'_, Result<Conn, String>> =
+        let get: BoxFuture<'_, redis::RedisResult<Conn>> =
             Box::pin(self.inner.backend.get(dedicated, replacing));
         let Ok(got) = tokio::time::timeout_at(deadline.into(), get).await else {
             // Connected (the kernel accepts) but unanswered: a stalled server.
@@ -381,11 +394,17 @@ impl Store {
                 detail: "no connection to Redis within the call's budget".into(),
             });
         };
-        got.map_err(|detail| {
+        got.map_err(|e| {
             self.count_error("pool");
+            // Refused credentials or permissions (the login, a Sentinel
+            // lookup) say so; anything else is a server out of reach.
+            let condition = match condition_of(&e) {
+                Condition::Unauthorized => Condition::Unauthorized,
+                _ => Condition::Unreachable,
+            };
             StoreError::Unavailable {
-                condition: Condition::Unreachable,
-                detail,
+                condition,
+                detail: e.to_string(),
             }
         })
     }

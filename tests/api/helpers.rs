@@ -4,11 +4,13 @@
 //! run in parallel) and one or more app instances pointed at it. Set
 //! `TEST_LOG=1` to see the service's logs.
 
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use latchkey::app::Application;
 pub use latchkey::config::Config;
-use latchkey::devredis::RedisServer;
+use latchkey::devredis::{RedisServer, ServerTls};
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -60,6 +62,22 @@ pub fn test_config_for(redis_urls: Vec<String>) -> Config {
 
 /// Starts the app with this configuration (see [`test_config`]).
 pub async fn spawn_app(config: Config) -> TestApp {
+    let (test_app, mut subscribed) = launch(config).await;
+    // A test's first release must be heard: wait for the subscriber.
+    tokio::time::timeout(Duration::from_secs(5), subscribed.wait_for(|up| *up))
+        .await
+        .expect("the pub/sub hub subscribes within 5 s")
+        .expect("the hub is running");
+    test_app
+}
+
+/// Starts the app without waiting for its pub/sub subscriber: for a Redis
+/// the app cannot reach (or is not allowed into).
+pub async fn spawn_app_unready(config: Config) -> TestApp {
+    launch(config).await.0
+}
+
+async fn launch(config: Config) -> (TestApp, tokio::sync::watch::Receiver<bool>) {
     if std::env::var_os("TEST_LOG").is_some() {
         latchkey::telemetry::init("debug");
     }
@@ -67,7 +85,7 @@ pub async fn spawn_app(config: Config) -> TestApp {
     let app = Application::build(config).await.expect("app builds");
     let base = format!("http://127.0.0.1:{}", app.port());
     let shutdown = app.shutdown_token();
-    let mut subscribed = app.subscribed();
+    let subscribed = app.subscribed();
     let handle = tokio::spawn(app.run());
     let test_app = TestApp {
         base,
@@ -78,12 +96,7 @@ pub async fn spawn_app(config: Config) -> TestApp {
         shutdown,
         handle: Some(handle),
     };
-    // A test's first release must be heard: wait for the subscriber.
-    tokio::time::timeout(Duration::from_secs(5), subscribed.wait_for(|up| *up))
-        .await
-        .expect("the pub/sub hub subscribes within 5 s")
-        .expect("the hub is running");
-    test_app
+    (test_app, subscribed)
 }
 
 impl TestApp {
@@ -195,6 +208,45 @@ impl TestApp {
     }
 }
 
+/// On the lock-like object at `object` (`/locks/n`, `/rwlocks/n`,
+/// `/semaphores/n`, ...): holder `a` acquires by `object/acquire_path`, `b`
+/// waits for it and is woken by `a`'s release, heartbeats, reads the state
+/// and releases. Returns `a`'s grant. `a`'s lease (30 s) is what `b` would
+/// otherwise wait for: a wake within 2 s came through pub/sub.
+pub async fn hand_over(app: &TestApp, object: &str, acquire_path: &str) -> Value {
+    let acquire = format!("{object}/{acquire_path}");
+    let first = app
+        .post(&acquire, json!({"holder": "a", "lease_ms": 30000}))
+        .await;
+    assert_eq!(first.status(), StatusCode::CREATED, "{acquire}");
+    let grant = first.json().await.expect("grant is JSON");
+    let waiter = app.spawn_post(&acquire, json!({"holder": "b", "wait_ms": 10000}));
+    // The waiter's first try is refused; then it waits for a wake.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "{acquire}: the waiter waits");
+    let release = |holder: &str| {
+        let hold = app.url(&format!("{object}/holders/{holder}"));
+        app.client.delete(hold).send()
+    };
+    let released = Instant::now();
+    assert_eq!(release("a").await.expect("sent").status(), StatusCode::OK);
+    let woken = waiter.await.expect("waiter");
+    assert_eq!(woken.status(), StatusCode::CREATED, "{acquire}");
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "{acquire}: woken after {:?}",
+        released.elapsed()
+    );
+    let heartbeat = app
+        .post(&format!("{object}/holders/b/heartbeat"), json!({}))
+        .await;
+    assert_eq!(heartbeat.status(), StatusCode::OK, "{object} heartbeat");
+    let state = app.client.get(app.url(object)).send().await.expect("sent");
+    assert_eq!(state.status(), StatusCode::OK, "{object} state");
+    assert_eq!(release("b").await.expect("sent").status(), StatusCode::OK);
+    grant
+}
+
 /// Asserts a problem+json answer with the given status and slug; returns it.
 pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
     assert_eq!(response.status().as_u16(), status, "status for {slug}");
@@ -222,13 +274,31 @@ pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Valu
     body
 }
 
-/// A plain connection to the test Redis, for inspecting and tampering.
+/// A connection to the test Redis as its default user (over TLS for a
+/// TLS server), for inspecting and tampering.
 pub async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(redis.url())
-        .expect("url")
+    redis
+        .client()
         .get_multiplexed_async_connection()
         .await
         .expect("connect to test redis")
+}
+
+/// Whether `master` has a replica in sync within 10 s.
+pub async fn replica_in_sync(master: &RedisServer) -> bool {
+    let conn = redis_conn(master).await;
+    eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            info.contains("connected_slaves:1") && info.contains("state=online")
+        }
+    })
+    .await
 }
 
 /// Reads a Server-Sent Events response into `(event, data)` pairs until
@@ -323,4 +393,141 @@ pub fn start_up_log(redis_url: &str, env: &[(&str, &str)]) -> Vec<String> {
     child.kill().unwrap();
     child.wait().unwrap();
     lines
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made
+/// by the `openssl` command in a temporary directory (removed on drop).
+/// The server certificate is also good for client authentication: a TLS
+/// server shows it to its master, its cluster bus peers, and a Sentinel to
+/// the masters it watches.
+pub struct TestPki {
+    dir: PathBuf,
+}
+
+impl TestPki {
+    pub fn generate() -> TestPki {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("latchkey-pki-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("PKI directory");
+        let pki = TestPki { dir };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        pki.openssl(&[
+            &["req", "-x509", "-new", "-days", "2"],
+            &ec[..],
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-subj",
+                "/CN=latchkey test CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        ]);
+        for (who, usage, serial) in [
+            (
+                "server",
+                "serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1",
+                "1",
+            ),
+            ("client", "clientAuth", "2"),
+        ] {
+            let ext = format!(
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage={usage}\n"
+            );
+            std::fs::write(pki.path(&format!("{who}.ext")), ext).expect("extensions file");
+            let subject = format!("/CN=latchkey test {who}");
+            pki.openssl(&[
+                &["req", "-new"],
+                &ec[..],
+                &[
+                    "-keyout",
+                    &format!("{who}.key"),
+                    "-out",
+                    &format!("{who}.csr"),
+                    "-subj",
+                    &subject,
+                ],
+            ]);
+            pki.openssl(&[&[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &format!("{who}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                serial,
+                "-extfile",
+                &format!("{who}.ext"),
+                "-out",
+                &format!("{who}.pem"),
+            ]]);
+        }
+        pki
+    }
+
+    fn openssl(&self, args: &[&[&str]]) {
+        let output = Command::new("openssl")
+            .args(args.concat())
+            .current_dir(&self.dir)
+            .output()
+            .expect("openssl runs (package openssl)");
+        assert!(
+            output.status.success(),
+            "openssl {:?}: {}",
+            args.concat(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    /// TLS for a test server; with `auth_clients` it refuses clients
+    /// without a certificate from the CA.
+    pub fn server(&self, auth_clients: bool) -> ServerTls {
+        ServerTls {
+            ca: self.path("ca.pem"),
+            cert: self.path("server.pem"),
+            key: self.path("server.key"),
+            client_cert: self.path("client.pem"),
+            client_key: self.path("client.key"),
+            auth_clients,
+        }
+    }
+
+    /// `config` trusting the test CA, and showing the client certificate
+    /// when `client_cert`.
+    pub fn trusted_by(&self, config: Config, client_cert: bool) -> Config {
+        let file = |name: &str| client_cert.then(|| self.path(name));
+        Config {
+            redis_tls_ca_file: Some(self.path("ca.pem")),
+            redis_tls_cert_file: file("client.pem"),
+            redis_tls_key_file: file("client.key"),
+            ..config
+        }
+    }
+}
+
+impl Drop for TestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -2,6 +2,7 @@
 //! redis-server processes that the tests start themselves. No mocks.
 
 mod access;
+mod acl;
 mod cli;
 mod errors;
 mod fair;
@@ -17,5 +18,6 @@ mod redlock;
 mod rwlocks;
 mod scripts;
 mod semaphores;
+mod tls;
 mod topologies;
 mod waiting;

@@ -547,10 +547,11 @@ async fn an_attempt_given_back_before_it_arrives_grants_nothing() {
 
     let deployment = Deployment::start(3);
     let config = deployment.config();
-    let main = Store::open(&StoreConfig::from_config(&config), Metrics::new())
+    let main_config = StoreConfig::from_config(&config).unwrap();
+    let main = Store::open(&main_config, Metrics::new()).await.unwrap();
+    let redlocks = RedLocks::open(&config.redlock_nodes, &main_config, main, Metrics::new())
         .await
         .unwrap();
-    let redlocks = RedLocks::open(&config, main, Metrics::new()).await.unwrap();
 
     let late = AttemptId::new();
     assert!(!redlocks.undo("u", "x", &late, 30000).await.unwrap());

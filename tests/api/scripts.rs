@@ -22,6 +22,7 @@ async fn locks(redis: &latchkey::devredis::RedisServer) -> Locks {
         connect_timeout: Duration::from_millis(500),
         response_timeout: Duration::from_millis(1000),
         min_replicas: 0,
+        tls: Default::default(),
     };
     Locks::new(
         Store::open(&config, Metrics::new()).await.unwrap(),

@@ -591,6 +591,7 @@ async fn an_undo_gives_back_exactly_its_attempts_permits() {
         connect_timeout: Duration::from_millis(500),
         response_timeout: Duration::from_millis(1000),
         min_replicas: 0,
+        tls: Default::default(),
     };
     let sems = Semaphores::new(Store::open(&config, Metrics::new()).await.unwrap(), 5000);
     sems.set("s", 5).await.unwrap();

@@ -136,7 +136,7 @@ async fn sentinel_mode_follows_a_failover_to_the_promoted_replica() {
     let master_port = master.port().to_string();
     let replica =
         RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port]).expect("replica");
-    let sentinel = RedisServer::start_sentinel("mymaster", master.port()).expect("sentinel");
+    let sentinel = RedisServer::start_sentinel("mymaster", master.port(), None).expect("sentinel");
     let sentinel_client = redis::Client::open(sentinel.url()).unwrap();
     let mut sentinel_conn = sentinel_client
         .get_multiplexed_async_connection()
