@@ -28,11 +28,25 @@ pub fn die_with_parent(_: &mut Command) {}
 
 /// Sends `signal` (e.g. `libc::SIGTERM`) to the process `pid`; false when it
 /// is gone already.
-#[allow(unsafe_code)]
 pub fn signal(pid: u32, signal: i32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    unsafe { libc::kill(pid, signal) == 0 }
+    kill(libc::pid_t::try_from(pid).ok(), signal)
+}
+
+/// Sends `signal` to every process of the process group `pgid` (a child
+/// started with `process_group(0)` leads a group whose id is its pid);
+/// false when none is left.
+pub fn signal_group(pgid: u32, signal: i32) -> bool {
+    kill(libc::pid_t::try_from(pgid).ok().map(|id| -id), signal)
+}
+
+#[allow(unsafe_code)]
+fn kill(target: Option<libc::pid_t>, signal: i32) -> bool {
+    match target {
+        // 0 and -1 would signal latchkey's own group or every process.
+        Some(target) if target != 0 && target != -1 => {
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+            unsafe { libc::kill(target, signal) == 0 }
+        }
+        _ => false,
+    }
 }

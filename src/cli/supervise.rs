@@ -3,7 +3,7 @@
 //! SIGHUP to it, and releases the hold when it exits.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -176,25 +176,29 @@ pub async fn run(mut hold: Hold, command: Vec<OsString>, kill_after: Duration) -
                          (SIGKILL in {} ms)",
                         kill_after.as_millis()
                     );
-                    crate::child::signal(pid, libc::SIGTERM);
+                    crate::child::signal_group(pid, libc::SIGTERM);
                     lost = Some(why);
                     kill_at = Some(Instant::now() + kill_after);
                 }
                 _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                    crate::child::signal(pid, libc::SIGKILL);
+                    crate::child::signal_group(pid, libc::SIGKILL);
                     kill_at = None;
                 }
-                _ = interrupt.recv() => { crate::child::signal(pid, libc::SIGINT); }
-                _ = terminate.recv() => { crate::child::signal(pid, libc::SIGTERM); }
-                _ = hangup.recv() => { crate::child::signal(pid, libc::SIGHUP); }
+                _ = interrupt.recv() => { crate::child::signal_group(pid, libc::SIGINT); }
+                _ = terminate.recv() => { crate::child::signal_group(pid, libc::SIGTERM); }
+                _ = hangup.recv() => { crate::child::signal_group(pid, libc::SIGHUP); }
             }
         }
     };
     let status = status
         .map_err(|e| Stop::new(exit::UNAVAILABLE, format!("waiting for the command: {e}")))?;
     let ended = match lost {
-        // Said already, when it was lost.
-        Some(_) => Ended::Lost(String::new(), status),
+        // Said already, when it was lost. Whatever the command started and
+        // left running must not go on without the hold either.
+        Some(_) => {
+            crate::child::signal_group(pid, libc::SIGKILL);
+            Ended::Lost(String::new(), status)
+        }
         None => match hold.release().await {
             Released::Done => Ended::Exited(status),
             // Not held when the command ended: it may have run past the
@@ -226,6 +230,9 @@ fn spawn(hold: &Hold, command: &[OsString]) -> std::io::Result<tokio::process::C
         .env("LATCHKEY_NAME", &hold.target.name)
         .env("LATCHKEY_HOLDER", &hold.holder)
         .env("LATCHKEY_FENCING_TOKEN", hold.fencing_token.to_string());
+    // Its own process group, so that a signal reaches every process it
+    // starts (a script's children too); latchkey forwards the terminal's.
+    std_command.process_group(0);
     crate::child::die_with_parent(&mut std_command);
     tokio::process::Command::from(std_command).spawn()
 }

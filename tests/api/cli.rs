@@ -236,12 +236,11 @@ async fn a_command_that_ignores_sigterm_after_a_lost_hold_is_killed_after_the_gr
         .await
     );
     app.delete_json("/locks/stubborn").await;
-    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+    let output = tokio::time::timeout(Duration::from_secs(5), child.wait_with_output())
         .await
-        .expect("the command is killed")
+        .expect("the command and its children are killed")
         .unwrap();
-    assert_eq!(status.code(), Some(76));
-    let output = child.wait_with_output().await.unwrap();
+    assert_eq!(output.status.code(), Some(76));
     assert!(
         stderr(&output).contains("ended with 137"),
         "SIGKILL: {}",
@@ -608,4 +607,81 @@ async fn the_api_key_comes_from_latchkey_api_key() {
     .unwrap();
     assert_eq!(granted.status.code(), Some(0), "{}", stderr(&granted));
     assert_eq!(stdout(&granted), "1\n");
+}
+
+#[tokio::test]
+async fn a_hold_that_cannot_be_renewed_is_lost_when_its_lease_ends_by_the_clients_clock() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut child = spawn(
+        &app,
+        &[
+            "lock",
+            "unreachable",
+            "--lease-ms",
+            "1200",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo terminated; exit 9' TERM; sleep 30 & wait",
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.state("unreachable").await["locked"] == true
+        })
+        .await
+    );
+    // The service goes away: no heartbeat can succeed any more.
+    let stopped = Instant::now();
+    app.shutdown.cancel();
+    let output = tokio::time::timeout(Duration::from_secs(5), child.wait_with_output())
+        .await
+        .expect("latchkey and its command end once the lease is over")
+        .unwrap();
+    let after = stopped.elapsed();
+    assert_eq!(output.status.code(), Some(76));
+    // Lost when the lease ends (at most 1.2 s after the last renewal).
+    assert!(after < Duration::from_millis(1200 + 500), "after {after:?}");
+    assert_eq!(stdout(&output), "terminated\n");
+    assert!(
+        stderr(&output).contains("no heartbeat succeeded before the lease ended"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[tokio::test]
+async fn a_lost_hold_stops_every_process_the_command_started() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // A script whose child keeps running unless it is signalled too.
+    let child = spawn(
+        &app,
+        &[
+            "lock",
+            "tree",
+            "--lease-ms",
+            "900",
+            "--",
+            "sh",
+            "-c",
+            "sleep 30; echo finished",
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.state("tree").await["locked"] == true
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    app.delete_json("/locks/tree").await;
+    // The output pipe closes only when the `sleep` holding it ends too.
+    let output = tokio::time::timeout(Duration::from_secs(5), child.wait_with_output())
+        .await
+        .expect("the whole process group is stopped")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(76));
+    assert_eq!(stdout(&output), "", "the script never finished");
 }
