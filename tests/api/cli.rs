@@ -214,7 +214,7 @@ async fn a_lost_hold_stops_the_command_with_sigterm_and_exits_76() {
 async fn a_command_that_ignores_sigterm_after_a_lost_hold_is_killed_after_the_grace() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    let mut child = spawn(
+    let child = spawn(
         &app,
         &[
             "lock",
@@ -613,7 +613,7 @@ async fn the_api_key_comes_from_latchkey_api_key() {
 async fn a_hold_that_cannot_be_renewed_is_lost_when_its_lease_ends_by_the_clients_clock() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    let mut child = spawn(
+    let child = spawn(
         &app,
         &[
             "lock",
