@@ -1,0 +1,102 @@
+"""Python client of latchkey: Redisson-style distributed locks and
+synchronizers over HTTP.
+
+>>> import latchkey
+>>> with latchkey.Client() as lk:                     # $LATCHKEY_URL
+...     with lk.lock("orders", lease_ms=30_000, wait_ms=10_000) as grant:
+...         write_somewhere(fencing_token=grant.fencing_token)
+
+Every hold-taking call (``lock``, ``fair_lock``, ``read_lock``,
+``write_lock``, ``semaphore_permits``, ``multi_lock``, ``redlock``) returns
+an acquisition: use it in ``with`` (``async with`` on ``AsyncClient``), or
+call ``.acquire()`` and later ``.release()`` on the hold it returns. Holds
+are renewed in the background; ``hold.lost`` is set and ``hold.check()``
+raises ``HoldLost`` when one is lost.
+"""
+
+from ._async import (
+    AsyncAcquisition,
+    AsyncClient,
+    AsyncHold,
+    AsyncLatch,
+    AsyncMultiHold,
+    AsyncSemaphore,
+)
+from ._errors import (
+    BackendUnavailable,
+    Forbidden,
+    HoldLost,
+    InvalidRequest,
+    LatchExists,
+    LatchkeyError,
+    NotAcquired,
+    NotFound,
+    NotHeld,
+    OutOfRange,
+    QuorumUnavailable,
+    RedlockNotConfigured,
+    ShuttingDown,
+    TooManyWaiters,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+    UpgradeWouldDeadlock,
+)
+from ._models import (
+    Grant,
+    LatchState,
+    LockHoldInfo,
+    LockState,
+    MultiGrant,
+    NodeCount,
+    RedlockNodeState,
+    RedlockState,
+    RwLockState,
+    SemaphoreState,
+)
+from ._sync import Acquisition, Client, Hold, Latch, MultiHold, Semaphore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "AsyncClient",
+    "Acquisition",
+    "AsyncAcquisition",
+    "Hold",
+    "MultiHold",
+    "AsyncHold",
+    "AsyncMultiHold",
+    "Semaphore",
+    "AsyncSemaphore",
+    "Latch",
+    "AsyncLatch",
+    "Grant",
+    "MultiGrant",
+    "LockHoldInfo",
+    "NodeCount",
+    "LockState",
+    "RwLockState",
+    "RedlockState",
+    "RedlockNodeState",
+    "SemaphoreState",
+    "LatchState",
+    "LatchkeyError",
+    "TransportError",
+    "InvalidRequest",
+    "OutOfRange",
+    "NotFound",
+    "NotHeld",
+    "NotAcquired",
+    "UpgradeWouldDeadlock",
+    "LatchExists",
+    "TooManyWaiters",
+    "Unauthorized",
+    "Forbidden",
+    "Unavailable",
+    "BackendUnavailable",
+    "ShuttingDown",
+    "QuorumUnavailable",
+    "RedlockNotConfigured",
+    "HoldLost",
+]

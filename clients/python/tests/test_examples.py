@@ -1,0 +1,46 @@
+"""The README's FastAPI example, served by FastAPI's test client against the
+real service."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import uuid
+
+import latchkey
+from fastapi.testclient import TestClient
+
+EXAMPLE = pathlib.Path(__file__).parent.parent / "examples" / "fastapi_app.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("fastapi_app", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fastapi_example_exports_under_the_lock_and_answers_409_while_held(
+    other: latchkey.Client,
+) -> None:
+    example = load_example()
+    customer = f"c-{uuid.uuid4().hex[:8]}"
+    with TestClient(example.app) as http:
+        done = http.post(f"/customers/{customer}/export")
+        assert done.status_code == 200, done.text
+        body = done.json()
+        assert body["customer"] == customer and body["rows"] == 42
+        assert body["fencing_token"] >= 1
+        with other.lock(f"export-{customer}", lease_ms=5_000):
+            busy = http.post(f"/customers/{customer}/export")
+            assert busy.status_code == 409, busy.text
+            assert int(busy.headers["retry-after"]) >= 1
+        again = http.post(f"/customers/{customer}/export")
+        assert again.status_code == 200
+        assert again.json()["fencing_token"] > body["fencing_token"]
+
+
+def test_the_repository_readme_shows_the_example_as_it_is_tested() -> None:
+    readme = (pathlib.Path(__file__).parents[3] / "README.md").read_text()
+    assert EXAMPLE.read_text().strip() in readme, "README.md embeds examples/fastapi_app.py"
