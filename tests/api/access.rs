@@ -33,7 +33,6 @@ fn keyed_config(redis: &latchkey::devredis::RedisServer) -> Config {
             entry("team-b", "client", B_CLIENT),
             entry("team-b", "admin", B_ADMIN),
         ],
-        redlock_nodes: Vec::new(),
         ..test_config(redis)
     }
 }
@@ -496,4 +495,214 @@ async fn a_release_wakes_waiters_of_its_namespace_on_another_instance_and_no_oth
     // B's waiter on its own "w" (still held by B) is not granted by A's release.
     let b = b_waiting.await.unwrap();
     assert_problem(b, 409, "lock-held").await;
+}
+
+#[tokio::test]
+async fn redlocks_are_namespaced_on_every_node() {
+    let redis = redis();
+    let nodes: Vec<_> = (0..3)
+        .map(|_| latchkey::devredis::RedisServer::start().unwrap())
+        .collect();
+    let config = Config {
+        redlock_nodes: nodes.iter().map(|n| n.url()).collect(),
+        ..keyed_config(&redis)
+    };
+    let one = spawn_app(config.clone()).await;
+    let two = spawn_app(config).await;
+    let a = json_of(
+        send(
+            &one,
+            Some(A_CLIENT),
+            Method::POST,
+            "/redlocks/r/acquire",
+            Some(json!({"holder": "ha"})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    assert_eq!(a["name"], "r");
+    let b = json_of(
+        send(
+            &two,
+            Some(B_CLIENT),
+            Method::POST,
+            "/redlocks/r/acquire",
+            Some(json!({"holder": "hb"})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    assert_eq!(b["fencing_token"], 1, "B's own counters");
+    let foreign = send(
+        &two,
+        Some(B_CLIENT),
+        Method::DELETE,
+        "/redlocks/r/holders/ha",
+        None,
+    )
+    .await;
+    assert_problem(foreign, 404, "not-held").await;
+    for node in &nodes {
+        let mut conn = redis_conn(node).await;
+        let keys: Vec<String> = conn.keys("*").await.unwrap();
+        assert!(
+            keys.iter()
+                .all(|k| k.starts_with("latchkey:team-a:{") || k.starts_with("latchkey:team-b:{")),
+            "{keys:?}"
+        );
+        assert!(
+            keys.contains(&"latchkey:team-a:{r}:redlock".to_string()),
+            "{keys:?}"
+        );
+        assert!(
+            keys.contains(&"latchkey:team-b:{r}:redlock".to_string()),
+            "{keys:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_wait_in_one_namespace_is_not_ended_by_the_same_name_in_another() {
+    let redis = redis();
+    let one = spawn_app(keyed_config(&redis)).await;
+    let two = spawn_app(keyed_config(&redis)).await;
+    // A's objects that make waiters wait: a held fair lock, a held write
+    // lock, an exhausted semaphore, a closed latch.
+    let (a, b) = (Some(A_CLIENT), Some(B_CLIENT));
+    json_of(
+        send(&one, a, Method::POST, "/fair-locks/f/acquire", None).await,
+        201,
+    )
+    .await;
+    json_of(
+        send(&one, a, Method::POST, "/rwlocks/w/write/acquire", None).await,
+        201,
+    )
+    .await;
+    json_of(
+        send(
+            &one,
+            Some(A_ADMIN),
+            Method::PUT,
+            "/semaphores/s",
+            Some(json!({"permits": 1})),
+        )
+        .await,
+        200,
+    )
+    .await;
+    json_of(
+        send(&one, a, Method::POST, "/semaphores/s/acquire", None).await,
+        201,
+    )
+    .await;
+    json_of(
+        send(
+            &one,
+            Some(A_ADMIN),
+            Method::PUT,
+            "/latches/l",
+            Some(json!({"count": 1})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let waits = [
+        (
+            "/fair-locks/f/acquire",
+            Method::POST,
+            Some(json!({"wait_ms": 1500})),
+        ),
+        (
+            "/rwlocks/w/read/acquire",
+            Method::POST,
+            Some(json!({"wait_ms": 1500})),
+        ),
+        (
+            "/semaphores/s/acquire",
+            Method::POST,
+            Some(json!({"wait_ms": 1500})),
+        ),
+        ("/latches/l/wait?wait_ms=1500", Method::GET, None),
+    ];
+    let waiting: Vec<_> = waits
+        .iter()
+        .map(|(path, method, body)| {
+            let mut request = two
+                .client
+                .request(method.clone(), two.url(path))
+                .bearer_auth(A_CLIENT);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                (request.send().await.unwrap(), sent.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // B does the same names: its own objects, none of which A waits on.
+    json_of(
+        send(&one, b, Method::POST, "/fair-locks/f/acquire", None).await,
+        201,
+    )
+    .await;
+    send(&one, Some(B_ADMIN), Method::DELETE, "/fair-locks/f", None).await;
+    json_of(
+        send(&one, b, Method::POST, "/rwlocks/w/write/acquire", None).await,
+        201,
+    )
+    .await;
+    send(&one, Some(B_ADMIN), Method::DELETE, "/rwlocks/w", None).await;
+    json_of(
+        send(
+            &one,
+            Some(B_ADMIN),
+            Method::PUT,
+            "/semaphores/s",
+            Some(json!({"permits": 5})),
+        )
+        .await,
+        200,
+    )
+    .await;
+    json_of(
+        send(
+            &one,
+            Some(B_ADMIN),
+            Method::PUT,
+            "/latches/l",
+            Some(json!({"count": 1})),
+        )
+        .await,
+        201,
+    )
+    .await;
+    json_of(
+        send(&one, b, Method::POST, "/latches/l/count-down", None).await,
+        200,
+    )
+    .await;
+    for (task, (path, _, _)) in waiting.into_iter().zip(waits) {
+        let (response, waited) = task.await.unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap();
+        if path.starts_with("/latches") {
+            assert_eq!(
+                body,
+                json!({"count": 1, "open": false}),
+                "{path}: A's latch is still closed"
+            );
+        } else {
+            assert_eq!(status, 409, "{path}: {body}");
+        }
+        assert!(
+            waited >= Duration::from_millis(1400),
+            "{path} waited its wait out: {waited:?}"
+        );
+    }
 }
