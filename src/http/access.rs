@@ -211,18 +211,6 @@ impl Scope {
             None => name.to_string(),
         }
     }
-
-    /// A name the store gave back, as the client knows it.
-    pub fn unscoped(&self, key: &str) -> String {
-        match &self.namespace {
-            Some(namespace) => key
-                .strip_prefix(&**namespace)
-                .and_then(|rest| rest.strip_prefix('/'))
-                .unwrap_or(key)
-                .to_string(),
-            None => key.to_string(),
-        }
-    }
 }
 
 /// The role and namespace of the request's key, or 401.
@@ -323,7 +311,6 @@ mod tests {
             (scoped.name.as_str(), scoped.key.as_str()),
             ("orders", "team-a/orders")
         );
-        assert_eq!(team.unscoped("team-a/orders"), "orders");
         assert!(team.name("a/b".into()).is_err(), "a slash is no name");
         assert_eq!(
             team.names(&["x".into(), "y".into()]).unwrap(),
