@@ -455,7 +455,8 @@ async fn run_sharded(
                 let mut failed = false;
                 for (channel, op, result) in done {
                     match (op, result) {
-                        (Op::Subscribe, Ok(())) => hub.wake(&channel),
+                        // Its confirmation push wakes the waiters.
+                        (Op::Subscribe, Ok(())) => {}
                         (Op::Subscribe, Err(e)) => {
                             tracing::warn!(error = %e, channel, "pub/sub SSUBSCRIBE failed; will retry");
                             subscribed.remove(&channel);
@@ -576,5 +577,79 @@ mod tests {
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         notifier.join().unwrap();
         assert_eq!(hub.channels(), 1, "only the live subscription's entry");
+    }
+}
+
+#[cfg(test)]
+mod sharded_tests {
+    use super::*;
+    use crate::config::RedisMode;
+    use crate::devredis::RedisCluster;
+    use crate::store::backend::{self, Target};
+    use crate::store::tls::RedisTls;
+
+    async fn cluster_hub(cluster: &RedisCluster) -> Hub {
+        let urls = cluster.urls();
+        let (_, connector) = backend::open(&Target {
+            mode: RedisMode::Cluster,
+            urls: &urls,
+            tls: &RedisTls::default(),
+            sentinel_master: "",
+            connections: 1,
+            connect_timeout: Duration::from_millis(500),
+            response_timeout: Duration::from_secs(1),
+            dedicated_writes: false,
+        })
+        .expect("a cluster connector");
+        let hub = Hub::start(
+            connector,
+            "t:*".into(),
+            CancellationToken::new(),
+            Metrics::new(),
+            Duration::from_millis(500),
+        );
+        tokio::time::timeout(Duration::from_secs(5), hub.connected().wait_for(|up| *up))
+            .await
+            .expect("connected within 5 s")
+            .expect("the hub runs");
+        hub
+    }
+
+    /// A waiter may have checked Redis before its channel was subscribed:
+    /// the confirmation itself must make it look again (no lost wake-up),
+    /// for every channel of a burst of new ones.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_each_confirmed_subscription_wakes_its_waiters() {
+        let cluster = RedisCluster::start(3).expect("cluster starts");
+        let hub = cluster_hub(&cluster).await;
+        let subscriptions: Vec<Subscription> = (0..100)
+            .map(|i| hub.subscribe(&format!("t:{{n{i}}}:wake")))
+            .collect();
+        let mut receivers: Vec<_> = subscriptions.iter().map(Subscription::receiver).collect();
+        for (i, rx) in receivers.iter_mut().enumerate() {
+            tokio::time::timeout(Duration::from_secs(5), rx.changed())
+                .await
+                .unwrap_or_else(|_| panic!("channel {i}: no wake-up at its confirmation"))
+                .expect("the hub runs");
+        }
+        // And a message on a subscribed channel reaches it with its payload.
+        let mut rx = subscriptions[7].receiver();
+        let mut conn = redis::cluster::ClusterClient::new(cluster.urls())
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        let heard: i64 = redis::cmd("SPUBLISH")
+            .arg("t:{n7}:wake")
+            .arg("free")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(heard, 1, "one shard subscriber");
+        let message = rx.wait_for(|note| note.payload.as_deref() == Some("free"));
+        tokio::time::timeout(Duration::from_secs(2), message)
+            .await
+            .expect("the message arrives")
+            .unwrap();
     }
 }
