@@ -408,3 +408,93 @@ async fn parked_waiters_are_woken_after_their_shard_fails_over() {
         started.elapsed()
     );
 }
+
+/// Moves `slot` with its keys from node `from` to node `to`, as a
+/// resharding does (`CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE`,
+/// `CLUSTER SETSLOT … NODE` on every master).
+async fn move_slot(cluster: &RedisCluster, slot: i64, from: usize, to: usize) {
+    let slot = slot.to_string();
+    let (source, target) = (&cluster.nodes[from], &cluster.nodes[to]);
+    let source_id: String = ask(source, &["CLUSTER", "MYID"]).await;
+    let target_id: String = ask(target, &["CLUSTER", "MYID"]).await;
+    let () = ask(
+        target,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
+    )
+    .await;
+    let () = ask(
+        source,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
+    )
+    .await;
+    let keys: Vec<String> = ask(source, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]).await;
+    if !keys.is_empty() {
+        let port = target.port().to_string();
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        migrate.extend(keys.iter().map(String::as_str));
+        let () = ask(source, &migrate).await;
+    }
+    let others = (cluster.nodes.iter().enumerate())
+        .filter(|(i, _)| ![from, to].contains(i))
+        .map(|(_, node)| node);
+    for node in [target, source].into_iter().chain(others) {
+        let () = ask(node, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]).await;
+    }
+}
+
+#[tokio::test]
+async fn parked_waiters_follow_their_slot_to_another_master() {
+    let cluster = RedisCluster::start(3).expect("cluster starts");
+    let a = spawn_app(cluster_config(&cluster)).await;
+    let b = spawn_app(cluster_config(&cluster)).await;
+    let from = owner(&cluster, 0, "mv-lock").await;
+    let to = (from + 1) % cluster.nodes.len();
+    let slot: i64 = ask(&cluster.nodes[0], &["CLUSTER", "KEYSLOT", "mv-lock"]).await;
+
+    a.must_acquire("mv-lock", json!({"holder": "x", "lease_ms": 60000}))
+        .await;
+    let parked = Instant::now();
+    let waiter = b.spawn_post(
+        "/locks/mv-lock/acquire",
+        json!({"holder": "y", "wait_ms": 15000}),
+    );
+    let channel = subscribed_channel(&cluster.nodes[from], "mv-lock").await;
+
+    move_slot(&cluster, slot, from, to).await;
+    assert_eq!(owner(&cluster, to, "mv-lock").await, to, "the slot moved");
+    // The old owner dropped the subscription with the slot; the instance
+    // subscribes again where the slot went.
+    let mut seen = Vec::new();
+    let started = Instant::now();
+    while seen.last() != Some(&1) && started.elapsed() < Duration::from_secs(5) {
+        seen.push(shard_subscribers(&cluster.nodes[to], &channel).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    seen.dedup();
+    assert_eq!(
+        seen.last(),
+        Some(&1),
+        "{channel} is subscribed once on the new owner; subscribers seen: {seen:?}, on the \
+         old owner now: {:?}",
+        shard_channels(&cluster.nodes[from], "*").await
+    );
+    assert!(!waiter.is_finished(), "still parked");
+
+    until_ok("release", || async {
+        a.release("mv-lock", "x").await.status().as_u16()
+    })
+    .await;
+    let released = Instant::now();
+    let response = waiter.await.unwrap();
+    assert_eq!(response.status(), 201, "the parked waiter is granted");
+    let woken = released.elapsed();
+    assert!(
+        woken < Duration::from_secs(2),
+        "woken {woken:?} after the release"
+    );
+    assert!(
+        parked.elapsed() < Duration::from_secs(12),
+        "{:?}",
+        parked.elapsed()
+    );
+}
