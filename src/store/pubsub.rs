@@ -26,15 +26,20 @@
 //! one cluster connection (RESP3, messages arrive as pushes) and
 //! `SSUBSCRIBE`s exactly the channels that have local waiters, each on its
 //! shard; the redis crate routes each by slot and subscribes again by
-//! itself after a reconnect or a slot-map change. A channel's first
+//! itself after a reconnect or a slot-map change it knows of. It does not
+//! notice a replica promoted in place of a dead master, nor keep a channel
+//! the server dropped because its slot moved: so after a lost node
+//! connection the hub subscribes every channel again (the command finds the
+//! shard's live node), and it answers a `SUNSUBSCRIBE` it did not ask for
+//! by subscribing again (the crate follows the redirect). A channel's first
 //! [`Subscription`] asks the hub's task to subscribe it, its last one's
 //! Drop to unsubscribe it; both only queue the channel's name (no await).
 //! The task reconciles each queued channel with its current users, so
 //! racing joins and leaves end in the right state. A waiter may check Redis
-//! before its channel is subscribed, so every confirmed `SSUBSCRIBE`
-//! (ours, or the crate's own after a reconnect) wakes the channel's
-//! waiters to check again, and a lost node connection wakes every waiter,
-//! as a reconnect does above.
+//! before its channel is subscribed, so every confirmed `SSUBSCRIBE` (ours,
+//! or the crate's own after a reconnect) wakes the channel's waiters to
+//! check again, and a lost node connection wakes every waiter, as a
+//! reconnect does above.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -127,22 +132,17 @@ impl Hub {
         metrics: Metrics,
         connect_timeout: Duration,
     ) -> Hub {
-        let (changes, changed) = match connector {
-            Connector::Cluster(_) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                (Some(tx), Some(rx))
-            }
-            _ => (None, None),
-        };
-        let hub = Hub {
+        let new = |changes| Hub {
             inner: Arc::new(Inner {
                 channels: CountedMap::default(),
                 connected: watch::Sender::new(false),
                 changes,
             }),
         };
-        match (connector, changed) {
-            (Connector::Cluster(cluster), Some(changed)) => {
+        match connector {
+            Connector::Cluster(cluster) => {
+                let (changes, changed) = mpsc::unbounded_channel();
+                let hub = new(Some(changes));
                 tokio::spawn(run_sharded(
                     hub.clone(),
                     cluster,
@@ -150,8 +150,10 @@ impl Hub {
                     shutdown,
                     metrics,
                 ));
+                hub
             }
-            (connector, _) => {
+            connector => {
+                let hub = new(None);
                 tokio::spawn(run(
                     hub.clone(),
                     connector,
@@ -160,9 +162,9 @@ impl Hub {
                     metrics,
                     connect_timeout,
                 ));
+                hub
             }
         }
-        hub
     }
 
     /// Registers interest in `channel`. Waiters on the same channel share
