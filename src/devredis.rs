@@ -330,31 +330,46 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of `n` masters without replicas, built with
-/// `redis-cli --cluster create` (tests).
+/// A Redis Cluster built with `redis-cli --cluster create` (tests): `n`
+/// masters without replicas, or with one replica each
+/// ([`RedisCluster::start_with_replicas`]).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
     pub fn start(n: usize) -> Result<RedisCluster, String> {
-        Self::start_on(n, None)
+        Self::start_on(n, 0, 2000, None)
     }
 
     /// [`RedisCluster::start`] with every node, and the cluster bus, over
     /// TLS only.
     pub fn start_tls(n: usize, tls: &ServerTls) -> Result<RedisCluster, String> {
-        Self::start_on(n, Some(tls))
+        Self::start_on(n, 0, 2000, Some(tls))
     }
 
-    fn start_on(n: usize, tls: Option<&ServerTls>) -> Result<RedisCluster, String> {
+    /// `masters` masters, each with one replica, and a 1 s
+    /// `cluster-node-timeout`, so that a replica takes over a killed master
+    /// within a few seconds (failover tests). `redis-cli` decides which
+    /// node replicates which master: ask the cluster (`CLUSTER NODES`).
+    pub fn start_with_replicas(masters: usize) -> Result<RedisCluster, String> {
+        Self::start_on(masters * 2, 1, 1000, None)
+    }
+
+    fn start_on(
+        n: usize,
+        replicas: usize,
+        node_timeout_ms: u64,
+        tls: Option<&ServerTls>,
+    ) -> Result<RedisCluster, String> {
+        let node_timeout = node_timeout_ms.to_string();
         let args = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
             "nodes.conf",
             "--cluster-node-timeout",
-            "2000",
+            &node_timeout,
         ];
         let nodes = (0..n)
             .map(|_| RedisServer::start_kind(&args, None, tls.cloned()))
@@ -368,7 +383,7 @@ impl RedisCluster {
             create.arg(format!("127.0.0.1:{}", node.port()));
         }
         let output = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .map_err(|e| format!("cannot run redis-cli (package redis-tools): {e}"))?;
         if !output.status.success() {

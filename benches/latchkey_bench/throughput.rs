@@ -50,7 +50,7 @@ pub const SEM_PERMITS: usize = 64;
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The lock scripts, exactly as the service embeds them.
-use latchkey::store::scripts::{LOCK_ACQUIRE, LOCK_RELEASE};
+use latchkey::store::scripts::{LOCK_ACQUIRE, LOCK_RELEASE, Publish};
 
 /// Warm-up and measured length of one round.
 #[derive(Clone, Copy, Debug)]
@@ -373,7 +373,10 @@ impl Targets {
     }
 
     fn direct_pairs(&self, c: usize) -> Vec<DirectPair> {
-        let scripts = Arc::new((LOCK_ACQUIRE.redis().clone(), LOCK_RELEASE.redis().clone()));
+        let scripts = Arc::new((
+            LOCK_ACQUIRE.redis(Publish::Classic).clone(),
+            LOCK_RELEASE.redis(Publish::Classic).clone(),
+        ));
         (0..c)
             .map(|i| {
                 // The service's key layout, under a prefix of our own.

@@ -18,7 +18,9 @@
 //! is kept and the other dropped).
 //!
 //! [`Connector`] answers "a client for the server to use now", for new
-//! connections and for the pub/sub hub's dedicated connection.
+//! connections and for the pub/sub hub's dedicated connection; on a
+//! cluster it hands the hub the [`ClusterTarget`] to build its own cluster
+//! connection from.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -26,7 +28,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::cluster::ClusterClient;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
@@ -47,12 +49,68 @@ pub enum Connector {
     Direct(Box<redis::Client>),
     /// The master the Sentinels name at the time of connecting.
     Sentinel(Arc<SentinelTarget>),
-    /// Any node of a cluster (classic pub/sub messages reach every node);
-    /// rotates through the seeds so a dead node is skipped on reconnect.
-    AnyNode {
-        clients: Arc<Vec<redis::Client>>,
-        next: Arc<AtomicUsize>,
-    },
+    /// A Redis Cluster: the pub/sub hub makes its own cluster connection
+    /// (sharded pub/sub, one subscription per channel on the shard that
+    /// owns it), with the same seeds and settings as the backend's.
+    Cluster(Arc<ClusterTarget>),
+}
+
+/// What it takes to build a cluster client: the request backend and the
+/// pub/sub hub each build theirs from it.
+pub struct ClusterTarget {
+    urls: Vec<String>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// The seeds' scheme decides TLS; certificates only go with it.
+    tls: Option<(TlsMode, TlsCertificates)>,
+}
+
+impl ClusterTarget {
+    fn new(target: &Target<'_>) -> Result<Self, String> {
+        let seed = target.urls.first().ok_or("no Redis Cluster URL")?;
+        for url in target.urls {
+            target
+                .tls
+                .client(url.as_str())
+                .map_err(|e| format!("invalid Redis URL {}: {e}", redact(url)))?;
+        }
+        let seed = target
+            .tls
+            .client(seed.as_str())
+            .map_err(|e| format!("invalid Redis URL {}: {e}", redact(seed)))?;
+        let tls =
+            tls_mode(seed.get_connection_info().addr()).zip(target.tls.certificates().cloned());
+        let cluster = ClusterTarget {
+            urls: target.urls.to_vec(),
+            connect_timeout: target.connect_timeout,
+            response_timeout: target.response_timeout,
+            tls,
+        };
+        // Validate the settings once, at start.
+        cluster
+            .builder()
+            .build()
+            .map_err(|e| format!("invalid Redis Cluster configuration: {e}"))?;
+        Ok(cluster)
+    }
+
+    /// A builder with the seeds, timeouts and TLS settings; callers add
+    /// their own (the hub: RESP3 and a push sender).
+    pub fn builder(&self) -> ClusterClientBuilder {
+        let mut builder = ClusterClient::builder(self.urls.iter().map(String::as_str))
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.response_timeout);
+        if let Some((mode, certs)) = &self.tls {
+            builder = builder.tls(*mode).certs(certs.clone());
+        }
+        builder
+    }
+
+    /// How long making a cluster connection may take: topology discovery
+    /// talks to several nodes, so a few connect timeouts' worth.
+    pub fn discovery_timeout(&self) -> Duration {
+        self.connect_timeout * 3
+    }
 }
 
 /// What it takes to ask the Sentinels for the master. A fresh
@@ -149,10 +207,11 @@ impl Connector {
         match self {
             Connector::Direct(client) => Ok((**client).clone()),
             Connector::Sentinel(target) => target.lookup()?.async_get_client().await,
-            Connector::AnyNode { clients, next } => {
-                let i = next.fetch_add(1, Ordering::Relaxed) % clients.len();
-                Ok(clients[i].clone())
-            }
+            // Never asked: nothing in cluster mode connects to one node.
+            Connector::Cluster(_) => Err(std::io::Error::other(
+                "a Redis Cluster has no single server to connect to",
+            )
+            .into()),
         }
     }
 }
@@ -341,35 +400,17 @@ pub fn open(target: &Target<'_>) -> Result<(Backend, Connector), String> {
             target.tls,
         )?)),
         RedisMode::Cluster => {
-            let clients = target
-                .urls
-                .iter()
-                .map(|url| target.tls.client(url.as_str()).map_err(|e| invalid(url, e)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut builder = ClusterClient::builder(target.urls.iter().map(String::as_str))
-                .connection_timeout(target.connect_timeout)
-                .response_timeout(target.response_timeout);
-            // The seeds' scheme decides TLS; certificates only go with it.
-            let seed = clients.first().ok_or("no Redis Cluster URL")?;
-            if let (Some(mode), Some(certs)) = (
-                tls_mode(seed.get_connection_info().addr()),
-                target.tls.certificates(),
-            ) {
-                builder = builder.tls(mode).certs(certs.clone());
-            }
-            let client = builder
+            let cluster = Arc::new(ClusterTarget::new(target)?);
+            let client = cluster
+                .builder()
                 .build()
                 .map_err(|e| format!("invalid Redis Cluster configuration: {e}"))?;
-            let connector = Connector::AnyNode {
-                clients: Arc::new(clients),
-                next: Arc::new(AtomicUsize::new(0)),
-            };
             let backend = Backend::Cluster(Box::new(ClusterBackend {
                 client,
                 conn: Mutex::new(None),
                 connect_timeout: target.connect_timeout,
             }));
-            return Ok((backend, connector));
+            return Ok((backend, Connector::Cluster(cluster)));
         }
     };
     let dedicated = if target.dedicated_writes {

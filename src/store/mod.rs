@@ -31,7 +31,7 @@ use redis::{FromRedisValue, Value};
 use crate::config::{Config, ConfigError, RedisMode};
 use crate::metrics::Metrics;
 use backend::{Backend, Conn, Connector};
-pub use scripts::Script;
+pub use scripts::{Publish, Script};
 use tls::RedisTls;
 
 /// Why a Redis call failed, as the HTTP layer needs to know it. Every
@@ -329,6 +329,16 @@ impl Store {
         self.inner.cluster
     }
 
+    /// Which variant of the scripts this deployment runs: sharded pub/sub
+    /// on a Redis Cluster, classic otherwise (see [`scripts`]).
+    pub fn publish(&self) -> Publish {
+        if self.inner.cluster {
+            Publish::Sharded
+        } else {
+            Publish::Classic
+        }
+    }
+
     /// `{prefix}{<name>}:<part>`.
     pub fn key(&self, name: &str, part: &str) -> String {
         self.key_of(name, &[part])
@@ -555,7 +565,7 @@ impl Store {
         args: &[impl AsRef<str> + Sync],
     ) -> Result<Value, redis::RedisError> {
         let started = Instant::now();
-        let mut invocation = script.redis().prepare_invoke();
+        let mut invocation = script.redis(self.publish()).prepare_invoke();
         for key in keys {
             invocation.key(key.as_ref());
         }
@@ -580,7 +590,7 @@ impl Store {
         let mut conn = self.conn(deadline, false, None).await?;
         for script in scripts::ALL.iter() {
             let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(script.source());
+            load.arg("LOAD").arg(script.source(self.publish()));
             let loaded: Result<String, _> = Self::by(deadline, load.query_async(&mut conn)).await;
             loaded.map_err(|e| self.fail(&mut conn, e))?;
         }
@@ -593,7 +603,7 @@ impl Store {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("EXISTS");
         for script in scripts::ALL.iter() {
-            cmd.arg(script.redis().get_hash());
+            cmd.arg(script.redis(self.publish()).get_hash());
         }
         // One budget for the check and the reload.
         let deadline = self.deadline();

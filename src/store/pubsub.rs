@@ -19,15 +19,40 @@
 //!   detects a silently dead connection. Messages published while
 //!   disconnected are lost, so on every (re)connect all waiters are woken to
 //!   re-check.
+//!
+//! On a Redis Cluster the scripts publish with `SPUBLISH` (see
+//! [`super::scripts`]), and a message reaches only the shard that owns its
+//! channel's slot, so one pattern cannot cover them. There the hub holds
+//! one cluster connection (RESP3, messages arrive as pushes) and
+//! `SSUBSCRIBE`s exactly the channels that have local waiters, each on its
+//! shard; the redis crate routes each by slot and subscribes again by
+//! itself after a reconnect or a slot-map change it knows of. It does not
+//! notice a replica promoted in place of a dead master, nor keep a channel
+//! the server dropped because its slot moved: so after a lost node
+//! connection the hub subscribes every channel again (the command finds the
+//! shard's live node), and it answers a `SUNSUBSCRIBE` it did not ask for
+//! by subscribing again (the crate follows the redirect). A channel's first
+//! [`Subscription`] asks the hub's task to subscribe it, its last one's
+//! Drop to unsubscribe it; both only queue the channel's name (no await).
+//! The task reconciles each queued channel with its current users, so
+//! racing joins and leaves end in the right state. A waiter may check Redis
+//! before its channel is subscribed, so every confirmed `SSUBSCRIBE` (ours,
+//! or the crate's own after a reconnect) wakes the channel's waiters to
+//! check again, and a lost node connection wakes every waiter, as a
+//! reconnect does above.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::watch;
+use futures_util::future::BoxFuture;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backend::Connector;
+use super::backend::{ClusterTarget, Connector};
 use crate::counted::CountedMap;
 use crate::metrics::Metrics;
 
@@ -47,6 +72,10 @@ struct Inner {
     channels: CountedMap<Arc<watch::Sender<Note>>>,
     /// True while the subscriber connection is up and subscribed.
     connected: watch::Sender<bool>,
+    /// Cluster mode: channels whose first subscription came or whose last
+    /// one left, for the task to (un)subscribe. `None` with a pattern
+    /// subscription, which covers every channel already.
+    changes: Option<mpsc::UnboundedSender<String>>,
 }
 
 /// The latest wake-up of a channel. Waiters that only need "something
@@ -86,13 +115,16 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        drop(self.hub.inner.channels.leave(&self.channel));
+        if self.hub.inner.channels.leave(&self.channel).is_some() {
+            self.hub.changed(&self.channel);
+        }
     }
 }
 
 impl Hub {
-    /// Starts the hub's background task on `client`. It runs until
-    /// `shutdown` is cancelled.
+    /// Starts the hub's background task on `connector`: one pattern
+    /// subscription to `pattern`, or on a cluster sharded subscriptions
+    /// (see the module docs). It runs until `shutdown` is cancelled.
     pub fn start(
         connector: Connector,
         pattern: String,
@@ -100,30 +132,52 @@ impl Hub {
         metrics: Metrics,
         connect_timeout: Duration,
     ) -> Hub {
-        let hub = Hub {
+        let new = |changes| Hub {
             inner: Arc::new(Inner {
                 channels: CountedMap::default(),
                 connected: watch::Sender::new(false),
+                changes,
             }),
         };
-        tokio::spawn(run(
-            hub.clone(),
-            connector,
-            pattern,
-            shutdown,
-            metrics,
-            connect_timeout,
-        ));
-        hub
+        match connector {
+            Connector::Cluster(cluster) => {
+                let (changes, changed) = mpsc::unbounded_channel();
+                let hub = new(Some(changes));
+                tokio::spawn(run_sharded(
+                    hub.clone(),
+                    cluster,
+                    changed,
+                    shutdown,
+                    metrics,
+                ));
+                hub
+            }
+            connector => {
+                let hub = new(None);
+                tokio::spawn(run(
+                    hub.clone(),
+                    connector,
+                    pattern,
+                    shutdown,
+                    metrics,
+                    connect_timeout,
+                ));
+                hub
+            }
+        }
     }
 
     /// Registers interest in `channel`. Waiters on the same channel share
     /// one entry (and, process-wide, one Redis subscription).
     pub fn subscribe(&self, channel: &str) -> Subscription {
-        let tx = self
-            .inner
-            .channels
-            .join(channel, || Arc::new(watch::Sender::new(Note::default())));
+        let mut first = false;
+        let tx = self.inner.channels.join(channel, || {
+            first = true;
+            Arc::new(watch::Sender::new(Note::default()))
+        });
+        if first {
+            self.changed(channel);
+        }
         Subscription {
             tx,
             channel: channel.to_string(),
@@ -140,6 +194,20 @@ impl Hub {
     /// Channels with at least one subscription (gauges, tests).
     pub fn channels(&self) -> usize {
         self.inner.channels.len()
+    }
+
+    /// Cluster mode: `channel` got its first subscription or lost its last.
+    fn changed(&self, channel: &str) {
+        if let Some(changes) = &self.inner.changes {
+            // Fails only once the task has ended (shutdown).
+            let _ = changes.send(channel.to_string());
+        }
+    }
+
+    /// Wakes the waiters of one channel to re-check (its subscription was
+    /// just confirmed).
+    fn wake(&self, channel: &str) {
+        self.inner.channels.with(channel, |tx| bump(tx, None));
     }
 
     fn notify(&self, channel: &str, payload: &[u8]) {
@@ -247,6 +315,229 @@ async fn run(
     }
 }
 
+/// How soon after a lost node connection the hub subscribes its channels
+/// again (the crate resubscribes by itself too, but only where its slot map
+/// points; asking again also reaches a replica promoted meanwhile).
+const RESYNC_AFTER: Duration = Duration::from_millis(200);
+
+/// One `SSUBSCRIBE` or `SUNSUBSCRIBE` of the cluster hub's task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Subscribe,
+    Unsubscribe,
+}
+
+/// A batch of (un)subscriptions under way, with each one's outcome.
+type Batch = BoxFuture<'static, Vec<(String, Op, redis::RedisResult<()>)>>;
+
+/// The hub's task on a Redis Cluster (see the module docs).
+async fn run_sharded(
+    hub: Hub,
+    cluster: Arc<ClusterTarget>,
+    mut changed: mpsc::UnboundedReceiver<String>,
+    shutdown: CancellationToken,
+    metrics: Metrics,
+) {
+    let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+    let client = match cluster
+        .builder()
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(push_tx)
+        .build()
+    {
+        Ok(client) => client,
+        // Validated at start (`backend::open`); cannot happen.
+        Err(e) => {
+            tracing::error!(error = %e, "pub/sub: invalid Redis Cluster configuration");
+            return;
+        }
+    };
+    // The connection repairs itself once made; only the first one is ours
+    // to retry.
+    let mut backoff = BACKOFF_START;
+    let conn = loop {
+        let connect = Box::pin(client.get_async_connection());
+        let attempt = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = tokio::time::timeout(cluster.discovery_timeout(), connect) => r,
+        };
+        match attempt {
+            Ok(Ok(conn)) => break conn,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "pub/sub connect failed")
+            }
+            Err(_) => tracing::warn!(
+                retry_in_ms = backoff.as_millis() as u64,
+                "pub/sub connect timed out"
+            ),
+        }
+        sleep_or_cancel(backoff, &shutdown).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    };
+    metrics.pubsub_connected.set(1);
+    hub.set_connected(true);
+    tracing::info!("pub/sub connected to the cluster (sharded)");
+
+    // Channels asked for (and not given up since): what Redis should have.
+    let mut subscribed: HashSet<String> = HashSet::new();
+    // Channels to reconcile with their users.
+    let mut dirty: HashSet<String> = HashSet::new();
+    // The batch under way; the next one waits for it, so the (un)subscribes
+    // of one channel reach Redis in the order they were decided.
+    let mut inflight: Option<Batch> = None;
+    // No batch before this (after a failure, or to resync after a lost node).
+    let mut not_before = Instant::now();
+    // A resync is due: subscribe every channel again.
+    let mut resync = false;
+    backoff = BACKOFF_START;
+    // Anything published before we could subscribe is unseen: make everyone look.
+    hub.wake_all();
+    loop {
+        if inflight.is_none() && Instant::now() >= not_before {
+            let again = std::mem::take(&mut resync);
+            if again {
+                dirty.extend(subscribed.iter().cloned());
+            }
+            let batch = plan(&hub, &mut subscribed, dirty.drain(), again);
+            if !batch.is_empty() {
+                inflight = Some(execute(conn.clone(), batch));
+            }
+        }
+        let waiting = inflight.is_none() && (!dirty.is_empty() || resync);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            Some(channel) = changed.recv() => {
+                dirty.insert(channel);
+                // A burst (many new waiters) goes out as one batch.
+                while let Ok(channel) = changed.try_recv() {
+                    dirty.insert(channel);
+                }
+            }
+            Some(push) = pushes.recv() => match push.kind {
+                PushKind::SMessage => {
+                    if let [Value::BulkString(channel), Value::BulkString(payload), ..] = push.data.as_slice() {
+                        metrics.pubsub_messages.inc();
+                        hub.notify(&String::from_utf8_lossy(channel), payload);
+                    }
+                }
+                // Ours, or the crate's own after a reconnect or a slot-map
+                // change: waiters may have checked before it, or missed a
+                // message while it was away.
+                PushKind::SSubscribe => {
+                    if let Some(Value::BulkString(channel)) = push.data.first() {
+                        hub.wake(&String::from_utf8_lossy(channel));
+                    }
+                }
+                // Ours, or the server's own when the channel's slot moved
+                // to another node: then subscribe again (the crate finds
+                // the new owner) and let its waiters look meanwhile.
+                PushKind::SUnsubscribe => {
+                    if let Some(Value::BulkString(channel)) = push.data.first() {
+                        let channel = String::from_utf8_lossy(channel).into_owned();
+                        if hub.inner.channels.users(&channel) > 0 {
+                            hub.wake(&channel);
+                            subscribed.remove(&channel);
+                            dirty.insert(channel);
+                        }
+                    }
+                }
+                PushKind::Disconnection => {
+                    tracing::warn!("pub/sub lost a cluster node connection; waking every waiter to re-check");
+                    metrics.pubsub_connected.set(0);
+                    metrics.pubsub_reconnects.inc();
+                    hub.set_connected(false);
+                    hub.wake_all();
+                    resync = true;
+                    not_before = Instant::now() + RESYNC_AFTER;
+                }
+                _ => {}
+            },
+            done = async { inflight.as_mut().expect("guarded").await }, if inflight.is_some() => {
+                inflight = None;
+                let mut failed = false;
+                for (channel, op, result) in done {
+                    match (op, result) {
+                        // Its confirmation push wakes the waiters.
+                        (Op::Subscribe, Ok(())) => {}
+                        (Op::Subscribe, Err(e)) => {
+                            tracing::warn!(error = %e, channel, "pub/sub SSUBSCRIBE failed; will retry");
+                            subscribed.remove(&channel);
+                            dirty.insert(channel);
+                            failed = true;
+                        }
+                        (Op::Unsubscribe, Err(e)) => {
+                            tracing::debug!(error = %e, channel, "pub/sub SUNSUBSCRIBE failed; will retry");
+                            subscribed.insert(channel.clone());
+                            dirty.insert(channel);
+                            failed = true;
+                        }
+                        (Op::Unsubscribe, Ok(())) => {}
+                    }
+                }
+                if failed {
+                    not_before = Instant::now() + backoff;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                } else {
+                    backoff = BACKOFF_START;
+                }
+            }
+            _ = tokio::time::sleep_until(not_before), if waiting && Instant::now() < not_before => {}
+        }
+        // Up again once every channel is subscribed after a lost node
+        // connection (at once if there was none to subscribe).
+        if resync && subscribed.is_empty() && dirty.is_empty() {
+            resync = false;
+        }
+        if !resync && inflight.is_none() && dirty.is_empty() && !*hub.inner.connected.borrow() {
+            tracing::info!("pub/sub re-subscribed every channel");
+            metrics.pubsub_connected.set(1);
+            hub.set_connected(true);
+        }
+    }
+}
+
+/// What to do for `channels`: subscribe those with users that are not
+/// subscribed (`again`: all those with users), unsubscribe those without
+/// users that are.
+fn plan(
+    hub: &Hub,
+    subscribed: &mut HashSet<String>,
+    channels: impl Iterator<Item = String>,
+    again: bool,
+) -> Vec<(String, Op)> {
+    channels
+        .filter_map(|channel| {
+            let wanted = hub.inner.channels.users(&channel) > 0;
+            if wanted && (again || !subscribed.contains(&channel)) {
+                subscribed.insert(channel.clone());
+                Some((channel, Op::Subscribe))
+            } else if !wanted && subscribed.remove(&channel) {
+                Some((channel, Op::Unsubscribe))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Sends a batch, one command per channel (channels of different slots
+/// may live on different shards), all at once on the multiplexed
+/// connection.
+fn execute(conn: redis::cluster_async::ClusterConnection, batch: Vec<(String, Op)>) -> Batch {
+    Box::pin(futures_util::future::join_all(batch.into_iter().map(
+        move |(channel, op)| {
+            let mut conn = conn.clone();
+            async move {
+                let result = match op {
+                    Op::Subscribe => conn.ssubscribe(&channel).await,
+                    Op::Unsubscribe => conn.sunsubscribe(&channel).await,
+                };
+                (channel, op, result)
+            }
+        },
+    )))
+}
+
 async fn sleep_or_cancel(d: Duration, shutdown: &CancellationToken) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
@@ -288,5 +579,79 @@ mod tests {
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         notifier.join().unwrap();
         assert_eq!(hub.channels(), 1, "only the live subscription's entry");
+    }
+}
+
+#[cfg(test)]
+mod sharded_tests {
+    use super::*;
+    use crate::config::RedisMode;
+    use crate::devredis::RedisCluster;
+    use crate::store::backend::{self, Target};
+    use crate::store::tls::RedisTls;
+
+    async fn cluster_hub(cluster: &RedisCluster) -> Hub {
+        let urls = cluster.urls();
+        let (_, connector) = backend::open(&Target {
+            mode: RedisMode::Cluster,
+            urls: &urls,
+            tls: &RedisTls::default(),
+            sentinel_master: "",
+            connections: 1,
+            connect_timeout: Duration::from_millis(500),
+            response_timeout: Duration::from_secs(1),
+            dedicated_writes: false,
+        })
+        .expect("a cluster connector");
+        let hub = Hub::start(
+            connector,
+            "t:*".into(),
+            CancellationToken::new(),
+            Metrics::new(),
+            Duration::from_millis(500),
+        );
+        tokio::time::timeout(Duration::from_secs(5), hub.connected().wait_for(|up| *up))
+            .await
+            .expect("connected within 5 s")
+            .expect("the hub runs");
+        hub
+    }
+
+    /// A waiter may have checked Redis before its channel was subscribed:
+    /// the confirmation itself must make it look again (no lost wake-up),
+    /// for every channel of a burst of new ones.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_each_confirmed_subscription_wakes_its_waiters() {
+        let cluster = RedisCluster::start(3).expect("cluster starts");
+        let hub = cluster_hub(&cluster).await;
+        let subscriptions: Vec<Subscription> = (0..100)
+            .map(|i| hub.subscribe(&format!("t:{{n{i}}}:wake")))
+            .collect();
+        let mut receivers: Vec<_> = subscriptions.iter().map(Subscription::receiver).collect();
+        for (i, rx) in receivers.iter_mut().enumerate() {
+            tokio::time::timeout(Duration::from_secs(5), rx.changed())
+                .await
+                .unwrap_or_else(|_| panic!("channel {i}: no wake-up at its confirmation"))
+                .expect("the hub runs");
+        }
+        // And a message on a subscribed channel reaches it with its payload.
+        let mut rx = subscriptions[7].receiver();
+        let mut conn = redis::cluster::ClusterClient::new(cluster.urls())
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        let heard: i64 = redis::cmd("SPUBLISH")
+            .arg("t:{n7}:wake")
+            .arg("free")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(heard, 1, "one shard subscriber");
+        let message = rx.wait_for(|note| note.payload.as_deref() == Some("free"));
+        tokio::time::timeout(Duration::from_secs(2), message)
+            .await
+            .expect("the message arrives")
+            .unwrap();
     }
 }

@@ -4,22 +4,67 @@
 //! are loaded into Redis at start and invoked by EVALSHA; the redis crate
 //! reloads a script and retries when Redis answers NOSCRIPT (after a
 //! restart or `SCRIPT FLUSH`).
+//!
+//! The files never name the publishing command: they call
+//! `redis.call(PUBLISH, channel, message)`, and each script is built twice,
+//! behind a one-line prelude that sets `PUBLISH` ([`Publish`]). Standalone
+//! and Sentinel deployments run the `PUBLISH` variant; a Redis Cluster runs
+//! the `SPUBLISH` one, so a message stays on the shard that owns its
+//! channel's slot (every channel shares its object's hash tag, so that is
+//! the shard the script runs on) instead of being broadcast to every node.
 
 use std::sync::LazyLock;
 
-/// A named Lua script.
+/// Which publishing command a script's `PUBLISH` stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    /// `PUBLISH`: classic pub/sub (standalone, Sentinel).
+    Classic,
+    /// `SPUBLISH`: sharded pub/sub (Redis Cluster, Redis 7 or later).
+    Sharded,
+}
+
+impl Publish {
+    fn prelude(self) -> &'static str {
+        // A top-level `local`: Redis 7 forbids scripts to make globals.
+        match self {
+            Publish::Classic => "local PUBLISH = 'PUBLISH'\n",
+            Publish::Sharded => "local PUBLISH = 'SPUBLISH'\n",
+        }
+    }
+}
+
+/// A named Lua script, in both [`Publish`] variants.
 pub struct Script {
     name: &'static str,
-    source: &'static str,
+    /// The files, joined (without the prelude).
+    body: &'static str,
+    classic: Variant,
+    sharded: Variant,
+}
+
+struct Variant {
+    source: String,
     script: redis::Script,
 }
 
+impl Variant {
+    fn new(publish: Publish, body: &str) -> Self {
+        let source = format!("{}{body}", publish.prelude());
+        Variant {
+            script: redis::Script::new(&source),
+            source,
+        }
+    }
+}
+
 impl Script {
-    fn new(name: &'static str, source: &'static str) -> Self {
+    fn new(name: &'static str, body: &'static str) -> Self {
         Script {
             name,
-            source,
-            script: redis::Script::new(source),
+            body,
+            classic: Variant::new(Publish::Classic, body),
+            sharded: Variant::new(Publish::Sharded, body),
         }
     }
 
@@ -28,12 +73,25 @@ impl Script {
         self.name
     }
 
-    pub fn source(&self) -> &'static str {
-        self.source
+    /// The script's files, joined, without the prelude (what it calls).
+    pub fn body(&self) -> &'static str {
+        self.body
     }
 
-    pub fn redis(&self) -> &redis::Script {
-        &self.script
+    fn variant(&self, publish: Publish) -> &Variant {
+        match publish {
+            Publish::Classic => &self.classic,
+            Publish::Sharded => &self.sharded,
+        }
+    }
+
+    /// The full text Redis runs (`SCRIPT LOAD`).
+    pub fn source(&self, publish: Publish) -> &str {
+        &self.variant(publish).source
+    }
+
+    pub fn redis(&self, publish: Publish) -> &redis::Script {
+        &self.variant(publish).script
     }
 }
 

@@ -7,15 +7,19 @@ use futures_util::StreamExt;
 use latchkey::coord::locks::{LockGrant, LockKind, Locks, Released};
 use latchkey::coord::{Attempt, AttemptId, Blocked};
 use latchkey::metrics::Metrics;
-use latchkey::store::{Store, StoreConfig};
+use latchkey::store::{Publish, Store, StoreConfig};
 use redis::AsyncCommands;
 
 use crate::helpers::*;
 
 async fn locks(redis: &latchkey::devredis::RedisServer) -> Locks {
+    locks_on(latchkey::config::RedisMode::Standalone, vec![redis.url()]).await
+}
+
+async fn locks_on(mode: latchkey::config::RedisMode, urls: Vec<String>) -> Locks {
     let config = StoreConfig {
-        mode: latchkey::config::RedisMode::Standalone,
-        urls: vec![redis.url()],
+        mode,
+        urls,
         sentinel_master: String::new(),
         prefix: "t:".into(),
         pool_size: 4,
@@ -302,4 +306,86 @@ async fn an_undo_that_arrives_first_keeps_its_late_attempt_from_granting() {
         .await
         .unwrap();
     assert!(marker_ttl > 0, "the marker expires by itself");
+}
+
+/// Both variants of every script compile (`SCRIPT LOAD`): the prelude
+/// that names the publishing command is valid Lua for Redis.
+#[tokio::test]
+async fn every_script_loads_in_both_publishing_variants() {
+    let redis = redis();
+    let mut conn = redis_conn(&redis).await;
+    for script in latchkey::store::scripts::ALL.iter() {
+        for publish in [Publish::Classic, Publish::Sharded] {
+            let loaded: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(script.source(publish))
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{} ({publish:?}): {e}", script.name()));
+            assert_eq!(
+                loaded,
+                script.redis(publish).get_hash(),
+                "{}",
+                script.name()
+            );
+        }
+    }
+}
+
+/// On a Redis Cluster the scripts publish by `SPUBLISH`: a shard
+/// subscriber of the channel hears a release (once, and only when the lock
+/// becomes free), and pattern subscribers on the nodes hear nothing.
+#[tokio::test]
+async fn on_a_cluster_a_release_publishes_on_its_shard_only() {
+    let cluster = latchkey::devredis::RedisCluster::start(3).expect("cluster starts");
+    let locks = locks_on(latchkey::config::RedisMode::Cluster, cluster.urls()).await;
+    let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+    let mut sharded = redis::cluster::ClusterClient::builder(cluster.urls())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(tx)
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    sharded.ssubscribe("t:{k}:lock:wake").await.unwrap();
+    let mut classic = Vec::new();
+    for node in &cluster.nodes {
+        let mut pubsub = node.client().get_async_pubsub().await.unwrap();
+        pubsub.psubscribe("t:*").await.unwrap();
+        classic.push(pubsub.into_on_message());
+    }
+    let mut messages = futures_util::stream::select_all(classic);
+    let mut next_message = async || loop {
+        let push = pushes.recv().await.expect("pushes");
+        if push.kind == redis::PushKind::SMessage {
+            return push.data;
+        }
+    };
+
+    hold_twice(&locks, "k", "a").await;
+    assert!(locks.release("k", "a", false).await.unwrap().is_some());
+    assert!(locks.release("k", "a", false).await.unwrap().is_some());
+    let data = tokio::time::timeout(Duration::from_secs(1), next_message())
+        .await
+        .expect("a shard message");
+    assert_eq!(
+        data,
+        vec![
+            redis::Value::BulkString(b"t:{k}:lock:wake".to_vec()),
+            redis::Value::BulkString(b"free".to_vec())
+        ]
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), next_message())
+            .await
+            .is_err(),
+        "only when the lock became free"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.next())
+            .await
+            .is_err(),
+        "no classic message on any node"
+    );
 }

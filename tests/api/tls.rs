@@ -96,9 +96,10 @@ async fn cluster_nodes_and_their_bus_go_over_tls() {
     };
     let app = spawn_app(pki.trusted_by(config, true)).await;
     assert_eq!(readyz(&app).await, 200);
-    // Names in slots of different masters: each release publishes on its
-    // name's node, and the cluster bus (TLS too) carries the message to
-    // the node the hub subscribed on.
+    // Names in slots of different masters: each release publishes
+    // (SPUBLISH) on its name's node, where the hub's own cluster
+    // connection, over TLS with the client certificate too, subscribed
+    // the waiter's channel (SSUBSCRIBE).
     for i in 0..6 {
         hand_over(&app, &format!("/locks/tls-cluster-{i}"), "acquire").await;
     }

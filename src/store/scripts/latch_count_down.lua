@@ -34,11 +34,11 @@ local count = redis.call('DECRBY', KEYS[1], ARGV[2])
 if count <= 0 then
   count = 0
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[1], '0|0')
+  redis.call(PUBLISH, ARGV[1], '0|0')
 else
   local life = redis.call('PTTL', KEYS[1])
   if life < 0 then life = 0 end
-  redis.call('PUBLISH', ARGV[1], count .. '|' .. life)
+  redis.call(PUBLISH, ARGV[1], count .. '|' .. life)
 end
 if keyed then
   redis.call('SET', KEYS[2], count, 'PX', ARGV[3])

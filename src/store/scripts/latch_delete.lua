@@ -8,7 +8,7 @@
 --
 -- Invariant: as for a count-down to 0, waiters see a deleted latch open.
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('PUBLISH', ARGV[1], '0|0')
+  redis.call(PUBLISH, ARGV[1], '0|0')
   return 1
 end
 return 0

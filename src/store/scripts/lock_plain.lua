@@ -27,5 +27,5 @@ end
 -- The lock became free: wake the waiters on its channel (each instance
 -- re-checks once).
 local function on_free(channel)
-  redis.call('PUBLISH', channel, 'free')
+  redis.call(PUBLISH, channel, 'free')
 end

@@ -77,7 +77,7 @@ local function announce(members, tickets, limit, skip)
   if skip and skip[1] then
     note = note .. '|' .. table.concat(skip, ',')
   end
-  redis.call('PUBLISH', ARGV[1], note)
+  redis.call(PUBLISH, ARGV[1], note)
 end
 
 -- Keeps (or makes, at the tail) a member's entry; its deadline becomes

@@ -7,4 +7,4 @@
 --                        that Redis Cluster routes the script by its slot)
 --
 -- Returns  the number of subscribers that got the message
-return redis.call('PUBLISH', KEYS[1], 'free')
+return redis.call(PUBLISH, KEYS[1], 'free')

@@ -184,7 +184,7 @@ end
 -- Wakes every waiter to look again (the configuration changed: some may
 -- now be served, and some may now ask for more than there are permits).
 local function wake_all()
-  redis.call('PUBLISH', ARGV[1], '0|0|')
+  redis.call(PUBLISH, ARGV[1], '0|0|')
 end
 
 -- {1, token, permits, lease_ms, grants} for a holder's hold.
