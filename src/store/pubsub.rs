@@ -627,9 +627,12 @@ mod sharded_tests {
         let subscriptions: Vec<Subscription> = (0..100)
             .map(|i| hub.subscribe(&format!("t:{{n{i}}}:wake")))
             .collect();
+        // A note's seq starts at 0 and every wake-up bumps it; a receiver
+        // made after the confirmation already sees it (`wait_for` looks at
+        // the current note first), as a waiter's check after it would.
         let mut receivers: Vec<_> = subscriptions.iter().map(Subscription::receiver).collect();
         for (i, rx) in receivers.iter_mut().enumerate() {
-            tokio::time::timeout(Duration::from_secs(5), rx.changed())
+            tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|note| note.seq > 0))
                 .await
                 .unwrap_or_else(|_| panic!("channel {i}: no wake-up at its confirmation"))
                 .expect("the hub runs");
