@@ -55,6 +55,18 @@ async fn send(
     request.send().await.expect("request sent")
 }
 
+/// [`send`], and the JSON body of its answer, which must have `status`.
+async fn must(
+    app: &TestApp,
+    key: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
+    json_of(send(app, key, method, path, body).await, status).await
+}
+
 async fn json_of(response: Response, status: u16) -> Value {
     let got = response.status().as_u16();
     let body: Value = response.json().await.expect("a JSON body");
@@ -66,11 +78,7 @@ async fn json_of(response: Response, status: u16) -> Value {
 async fn without_keys_the_service_is_open_and_its_document_asks_for_none() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    let grant = json_of(
-        send(&app, None, Method::POST, "/locks/open/acquire", None).await,
-        201,
-    )
-    .await;
+    let grant = must(&app, None, Method::POST, "/locks/open/acquire", None, 201).await;
     assert_eq!(grant["name"], "open");
     let forced = send(&app, None, Method::DELETE, "/locks/open", None).await;
     assert_eq!(forced.status(), 200, "anyone is admin of an open service");
@@ -112,11 +120,7 @@ async fn a_request_without_a_known_key_gets_401_with_www_authenticate() {
         .unwrap();
     assert_problem(basic, 401, "unauthorized").await;
     // Nothing was acquired by the refused requests.
-    let state = json_of(
-        send(&app, Some(A_CLIENT), Method::GET, "/locks/x", None).await,
-        200,
-    )
-    .await;
+    let state = must(&app, Some(A_CLIENT), Method::GET, "/locks/x", None, 200).await;
     assert_eq!(state["fencing_token"], 0);
     // The operations endpoints, the document and Swagger UI stay open.
     for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
@@ -235,28 +239,22 @@ async fn namespaces_are_separate_worlds_for_every_primitive_across_two_instances
 
     // Locks and fair locks: the same name is two objects.
     for kind in ["locks", "fair-locks"] {
-        let held = json_of(
-            send(
-                &one,
-                a,
-                Method::POST,
-                &format!("/{kind}/shared/acquire"),
-                Some(json!({"holder": "ha"})),
-            )
-            .await,
+        let held = must(
+            &one,
+            a,
+            Method::POST,
+            &format!("/{kind}/shared/acquire"),
+            Some(json!({"holder": "ha"})),
             201,
         )
         .await;
         assert_eq!(held["name"], "shared", "the name as the client gave it");
-        let other = json_of(
-            send(
-                &two,
-                b,
-                Method::POST,
-                &format!("/{kind}/shared/acquire"),
-                Some(json!({"holder": "hb"})),
-            )
-            .await,
+        let other = must(
+            &two,
+            b,
+            Method::POST,
+            &format!("/{kind}/shared/acquire"),
+            Some(json!({"holder": "hb"})),
             201,
         )
         .await;
@@ -288,11 +286,7 @@ async fn namespaces_are_separate_worlds_for_every_primitive_across_two_instances
             None,
         )
         .await;
-        let state = json_of(
-            send(&one, a, Method::GET, &format!("/{kind}/shared"), None).await,
-            200,
-        )
-        .await;
+        let state = must(&one, a, Method::GET, &format!("/{kind}/shared"), None, 200).await;
         assert_eq!(
             state["locked"], true,
             "A's hold survives B's force unlock: {state}"
@@ -301,35 +295,36 @@ async fn namespaces_are_separate_worlds_for_every_primitive_across_two_instances
     }
 
     // Read-write locks.
-    json_of(
-        send(&one, a, Method::POST, "/rwlocks/doc/write/acquire", None).await,
+    must(
+        &one,
+        a,
+        Method::POST,
+        "/rwlocks/doc/write/acquire",
+        None,
         201,
     )
     .await;
-    json_of(
-        send(&two, b, Method::POST, "/rwlocks/doc/write/acquire", None).await,
+    must(
+        &two,
+        b,
+        Method::POST,
+        "/rwlocks/doc/write/acquire",
+        None,
         201,
     )
     .await;
 
     // Semaphores: A's configuration does not exist for B.
-    json_of(
-        send(
-            &one,
-            Some(A_ADMIN),
-            Method::PUT,
-            "/semaphores/pool",
-            Some(json!({"permits": 1})),
-        )
-        .await,
+    must(
+        &one,
+        Some(A_ADMIN),
+        Method::PUT,
+        "/semaphores/pool",
+        Some(json!({"permits": 1})),
         200,
     )
     .await;
-    json_of(
-        send(&one, a, Method::POST, "/semaphores/pool/acquire", None).await,
-        201,
-    )
-    .await;
+    must(&one, a, Method::POST, "/semaphores/pool/acquire", None, 201).await;
     assert_problem(
         send(&two, b, Method::POST, "/semaphores/pool/acquire", None).await,
         404,
@@ -344,19 +339,16 @@ async fn namespaces_are_separate_worlds_for_every_primitive_across_two_instances
     .await;
 
     // Latches: A's latch is missing (open) for B, and B cannot count it down.
-    json_of(
-        send(
-            &one,
-            Some(A_ADMIN),
-            Method::PUT,
-            "/latches/go",
-            Some(json!({"count": 1})),
-        )
-        .await,
+    must(
+        &one,
+        Some(A_ADMIN),
+        Method::PUT,
+        "/latches/go",
+        Some(json!({"count": 1})),
         201,
     )
     .await;
-    let seen = json_of(send(&two, b, Method::GET, "/latches/go", None).await, 200).await;
+    let seen = must(&two, b, Method::GET, "/latches/go", None, 200).await;
     assert_eq!(seen, json!({"name": "go", "count": 0, "open": true}));
     assert_problem(
         send(&two, b, Method::POST, "/latches/go/count-down", None).await,
@@ -364,19 +356,16 @@ async fn namespaces_are_separate_worlds_for_every_primitive_across_two_instances
         "not-found",
     )
     .await;
-    let still = json_of(send(&one, a, Method::GET, "/latches/go", None).await, 200).await;
+    let still = must(&one, a, Method::GET, "/latches/go", None, 200).await;
     assert_eq!(still["count"], 1);
 
     // Multi-locks take B's own locks, not A's of the same names.
-    json_of(
-        send(
-            &two,
-            b,
-            Method::POST,
-            "/multilocks/acquire",
-            Some(json!({"names": ["shared", "m"], "holder": "hb"})),
-        )
-        .await,
+    must(
+        &two,
+        b,
+        Method::POST,
+        "/multilocks/acquire",
+        Some(json!({"names": ["shared", "m"], "holder": "hb"})),
         201,
     )
     .await;
@@ -424,27 +413,21 @@ async fn a_release_wakes_waiters_of_its_namespace_on_another_instance_and_no_oth
     let redis = redis();
     let one = spawn_app(keyed_config(&redis)).await;
     let two = spawn_app(keyed_config(&redis)).await;
-    json_of(
-        send(
-            &one,
-            Some(A_CLIENT),
-            Method::POST,
-            "/locks/w/acquire",
-            Some(json!({"holder": "first"})),
-        )
-        .await,
+    must(
+        &one,
+        Some(A_CLIENT),
+        Method::POST,
+        "/locks/w/acquire",
+        Some(json!({"holder": "first"})),
         201,
     )
     .await;
-    json_of(
-        send(
-            &one,
-            Some(B_CLIENT),
-            Method::POST,
-            "/locks/w/acquire",
-            Some(json!({"holder": "b-holder", "lease_ms": 30000})),
-        )
-        .await,
+    must(
+        &one,
+        Some(B_CLIENT),
+        Method::POST,
+        "/locks/w/acquire",
+        Some(json!({"holder": "b-holder", "lease_ms": 30000})),
         201,
     )
     .await;
@@ -466,12 +449,7 @@ async fn a_release_wakes_waiters_of_its_namespace_on_another_instance_and_no_oth
     };
     assert!(
         eventually(Duration::from_secs(3), || async {
-            json_of(
-                send(&two, Some(A_CLIENT), Method::GET, "/locks/w", None).await,
-                200,
-            )
-            .await["waiters"]
-                == 1
+            must(&two, Some(A_CLIENT), Method::GET, "/locks/w", None, 200).await["waiters"] == 1
         })
         .await
     );
@@ -509,28 +487,22 @@ async fn redlocks_are_namespaced_on_every_node() {
     };
     let one = spawn_app(config.clone()).await;
     let two = spawn_app(config).await;
-    let a = json_of(
-        send(
-            &one,
-            Some(A_CLIENT),
-            Method::POST,
-            "/redlocks/r/acquire",
-            Some(json!({"holder": "ha"})),
-        )
-        .await,
+    let a = must(
+        &one,
+        Some(A_CLIENT),
+        Method::POST,
+        "/redlocks/r/acquire",
+        Some(json!({"holder": "ha"})),
         201,
     )
     .await;
     assert_eq!(a["name"], "r");
-    let b = json_of(
-        send(
-            &two,
-            Some(B_CLIENT),
-            Method::POST,
-            "/redlocks/r/acquire",
-            Some(json!({"holder": "hb"})),
-        )
-        .await,
+    let b = must(
+        &two,
+        Some(B_CLIENT),
+        Method::POST,
+        "/redlocks/r/acquire",
+        Some(json!({"holder": "hb"})),
         201,
     )
     .await;
@@ -571,42 +543,24 @@ async fn a_wait_in_one_namespace_is_not_ended_by_the_same_name_in_another() {
     // A's objects that make waiters wait: a held fair lock, a held write
     // lock, an exhausted semaphore, a closed latch.
     let (a, b) = (Some(A_CLIENT), Some(B_CLIENT));
-    json_of(
-        send(&one, a, Method::POST, "/fair-locks/f/acquire", None).await,
-        201,
-    )
-    .await;
-    json_of(
-        send(&one, a, Method::POST, "/rwlocks/w/write/acquire", None).await,
-        201,
-    )
-    .await;
-    json_of(
-        send(
-            &one,
-            Some(A_ADMIN),
-            Method::PUT,
-            "/semaphores/s",
-            Some(json!({"permits": 1})),
-        )
-        .await,
+    must(&one, a, Method::POST, "/fair-locks/f/acquire", None, 201).await;
+    must(&one, a, Method::POST, "/rwlocks/w/write/acquire", None, 201).await;
+    must(
+        &one,
+        Some(A_ADMIN),
+        Method::PUT,
+        "/semaphores/s",
+        Some(json!({"permits": 1})),
         200,
     )
     .await;
-    json_of(
-        send(&one, a, Method::POST, "/semaphores/s/acquire", None).await,
-        201,
-    )
-    .await;
-    json_of(
-        send(
-            &one,
-            Some(A_ADMIN),
-            Method::PUT,
-            "/latches/l",
-            Some(json!({"count": 1})),
-        )
-        .await,
+    must(&one, a, Method::POST, "/semaphores/s/acquire", None, 201).await;
+    must(
+        &one,
+        Some(A_ADMIN),
+        Method::PUT,
+        "/latches/l",
+        Some(json!({"count": 1})),
         201,
     )
     .await;
@@ -646,47 +600,29 @@ async fn a_wait_in_one_namespace_is_not_ended_by_the_same_name_in_another() {
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     // B does the same names: its own objects, none of which A waits on.
-    json_of(
-        send(&one, b, Method::POST, "/fair-locks/f/acquire", None).await,
-        201,
-    )
-    .await;
+    must(&one, b, Method::POST, "/fair-locks/f/acquire", None, 201).await;
     send(&one, Some(B_ADMIN), Method::DELETE, "/fair-locks/f", None).await;
-    json_of(
-        send(&one, b, Method::POST, "/rwlocks/w/write/acquire", None).await,
-        201,
-    )
-    .await;
+    must(&one, b, Method::POST, "/rwlocks/w/write/acquire", None, 201).await;
     send(&one, Some(B_ADMIN), Method::DELETE, "/rwlocks/w", None).await;
-    json_of(
-        send(
-            &one,
-            Some(B_ADMIN),
-            Method::PUT,
-            "/semaphores/s",
-            Some(json!({"permits": 5})),
-        )
-        .await,
+    must(
+        &one,
+        Some(B_ADMIN),
+        Method::PUT,
+        "/semaphores/s",
+        Some(json!({"permits": 5})),
         200,
     )
     .await;
-    json_of(
-        send(
-            &one,
-            Some(B_ADMIN),
-            Method::PUT,
-            "/latches/l",
-            Some(json!({"count": 1})),
-        )
-        .await,
+    must(
+        &one,
+        Some(B_ADMIN),
+        Method::PUT,
+        "/latches/l",
+        Some(json!({"count": 1})),
         201,
     )
     .await;
-    json_of(
-        send(&one, b, Method::POST, "/latches/l/count-down", None).await,
-        200,
-    )
-    .await;
+    must(&one, b, Method::POST, "/latches/l/count-down", None, 200).await;
     for (task, (path, _, _)) in waiting.into_iter().zip(waits) {
         let (response, waited) = task.await.unwrap();
         let status = response.status().as_u16();

@@ -39,6 +39,15 @@ fn spawn(app: &TestApp, args: &[&str]) -> Child {
         .expect("latchkey starts")
 }
 
+/// Waits until the command's lock is held (latchkey has acquired it).
+async fn until_locked(app: &TestApp, name: &str) {
+    let held = eventually(Duration::from_secs(5), || async {
+        app.state(name).await["locked"] == true
+    })
+    .await;
+    assert!(held, "latchkey acquires {name}");
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -181,12 +190,7 @@ async fn a_lost_hold_stops_the_command_with_sigterm_and_exits_76() {
             "trap 'echo terminated; exit 9' TERM; sleep 30 & wait",
         ],
     );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            app.state("jobs").await["locked"] == true
-        })
-        .await
-    );
+    until_locked(&app, "jobs").await;
     let unlocked = Instant::now();
     let forced = app.delete_json("/locks/jobs").await;
     assert_eq!(forced["released"], true);
@@ -229,12 +233,7 @@ async fn a_command_that_ignores_sigterm_after_a_lost_hold_is_killed_after_the_gr
             "trap '' TERM; sleep 30",
         ],
     );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            app.state("stubborn").await["locked"] == true
-        })
-        .await
-    );
+    until_locked(&app, "stubborn").await;
     app.delete_json("/locks/stubborn").await;
     let output = tokio::time::timeout(Duration::from_secs(5), child.wait_with_output())
         .await
@@ -626,12 +625,7 @@ async fn a_hold_that_cannot_be_renewed_is_lost_when_its_lease_ends_by_the_client
             "trap 'echo terminated; exit 9' TERM; sleep 30 & wait",
         ],
     );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            app.state("unreachable").await["locked"] == true
-        })
-        .await
-    );
+    until_locked(&app, "unreachable").await;
     // The service goes away: no heartbeat can succeed any more.
     let stopped = Instant::now();
     app.shutdown.cancel();
@@ -669,12 +663,7 @@ async fn a_lost_hold_stops_every_process_the_command_started() {
             "sleep 30; echo finished",
         ],
     );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            app.state("tree").await["locked"] == true
-        })
-        .await
-    );
+    until_locked(&app, "tree").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     app.delete_json("/locks/tree").await;
     // The output pipe closes only when the `sleep` holding it ends too.
