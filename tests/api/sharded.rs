@@ -143,6 +143,12 @@ fn cluster_config(cluster: &RedisCluster) -> Config {
 }
 
 /// One sample of a Prometheus metric without labels.
+/// DELETE `path`; its status.
+async fn deleted(app: &TestApp, path: &str) -> u16 {
+    let response = app.client.delete(app.url(path)).send().await.unwrap();
+    response.status().as_u16()
+}
+
 async fn metric(app: &TestApp, name: &str) -> f64 {
     let text = app.metrics().await;
     text.lines()
@@ -182,16 +188,7 @@ async fn waiters_on_a_cluster_are_woken_through_their_shard_only() {
         "/fair-locks/sh-fair/acquire",
         json!({"holder": "y", "wait_ms": 20000}),
     );
-    let release = async {
-        let path = a.url("/fair-locks/sh-fair/holders/x");
-        a.client
-            .delete(path)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    let release = deleted(&a, "/fair-locks/sh-fair/holders/x");
     woken_through_its_shard(&cluster, "sh-fair", waiter, release).await;
 
     // A semaphore.
@@ -211,16 +208,7 @@ async fn waiters_on_a_cluster_are_woken_through_their_shard_only() {
         "/semaphores/sh-sem/acquire",
         json!({"holder": "y", "wait_ms": 20000}),
     );
-    let release = async {
-        let path = a.url("/semaphores/sh-sem/holders/x");
-        a.client
-            .delete(path)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    let release = deleted(&a, "/semaphores/sh-sem/holders/x");
     woken_through_its_shard(&cluster, "sh-sem", waiter, release).await;
 
     // A latch (broadcast waiters: they answer from the message).

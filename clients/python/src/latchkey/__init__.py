@@ -54,6 +54,7 @@ from ._models import (
     RwLockState,
     SemaphoreState,
 )
+from . import _errors
 from ._sync import Acquisition, Client, Hold, Latch, MultiHold, Semaphore
 
 __version__ = "0.1.0"
@@ -81,22 +82,6 @@ __all__ = [
     "RedlockNodeState",
     "SemaphoreState",
     "LatchState",
-    "LatchkeyError",
-    "TransportError",
-    "InvalidRequest",
-    "OutOfRange",
-    "NotFound",
-    "NotHeld",
-    "NotAcquired",
-    "UpgradeWouldDeadlock",
-    "LatchExists",
-    "TooManyWaiters",
-    "Unauthorized",
-    "Forbidden",
-    "Unavailable",
-    "BackendUnavailable",
-    "ShuttingDown",
-    "QuorumUnavailable",
-    "RedlockNotConfigured",
-    "HoldLost",
 ]
+# Every error class, as the errors module lists them.
+__all__ += _errors.__all__
