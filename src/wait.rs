@@ -72,6 +72,12 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 /// whose lease is just ending is not polled in a tight loop.
 const MIN_RECHECK: Duration = Duration::from_millis(2);
 
+/// How often a waiter looks by itself while the hub is not subscribed
+/// (wake messages published meanwhile are lost, and a blocker without a
+/// lease, such as a latch, would otherwise be looked at only every
+/// [`PROGRESS_EVERY`]).
+const UNHEARD_RECHECK: Duration = Duration::from_millis(250);
+
 /// The least time a try gets, even right before the deadline, so that a
 /// healthy Redis can still answer the last re-check.
 pub const MIN_TRY: Duration = Duration::from_millis(100);
@@ -497,6 +503,18 @@ impl Drop for Waiter {
     }
 }
 
+impl Inner {
+    /// A re-check due at `recheck` after what was learned at `learned`,
+    /// brought forward while the hub is not subscribed.
+    fn heard(&self, recheck: Instant, learned: Instant) -> Instant {
+        if self.hub.is_connected() {
+            recheck
+        } else {
+            recheck.min(learned + UNHEARD_RECHECK)
+        }
+    }
+}
+
 impl WaitEngine {
     pub fn new(
         hub: Hub,
@@ -740,16 +758,16 @@ impl Waiter {
                     // Pub/sub is at-most-once: re-check by ourselves no
                     // later than the blocker's remaining lease (+1 ms to
                     // land after expiry).
-                    Duration::from_millis(now_blocked.retry_after_ms.saturating_add(1))
-                        .max(MIN_RECHECK)
+                    let after = Duration::from_millis(now_blocked.retry_after_ms.saturating_add(1));
+                    let now = Instant::now();
+                    self.engine.heard(now + after.max(MIN_RECHECK), now)
                 }
                 Err(e) if e.is_transient() => {
                     latest.send_if_modified(|l| l.failing.replace(e).is_none());
-                    backoff.next()
+                    Instant::now() + backoff.next()
                 }
                 Err(e) => return Err(WaitError::Backend(e)),
             };
-            let recheck = Instant::now() + recheck;
             loop {
                 tokio::select! {
                     biased;
@@ -841,7 +859,7 @@ impl Waiter {
                     // A try always answers with a place in this mode.
                     place = blocked.place.unwrap_or(place);
                     desk.update(seat, place.ticket, blocked.position);
-                    recheck = recheck_after(&place);
+                    recheck = self.engine.heard(recheck_after(&place), Instant::now());
                 }
                 Tried::Failed(pause) => recheck = Instant::now() + pause,
             }
@@ -904,7 +922,8 @@ impl Waiter {
                     // Pub/sub is at-most-once: look again by ourselves when
                     // the blockers' leases end (+1 ms to land after).
                     let after = Duration::from_millis(blocked.retry_after_ms.saturating_add(1));
-                    recheck = Instant::now() + after.max(MIN_RECHECK);
+                    let now = Instant::now();
+                    recheck = self.engine.heard(now + after.max(MIN_RECHECK), now);
                 }
                 Tried::Failed(pause) => recheck = Instant::now() + pause,
             }
@@ -1090,6 +1109,16 @@ impl Watching {
         Some(self.learn(blocked, Instant::now()))
     }
 
+    /// When it looks again by itself: [`Watching::recheck`], or sooner
+    /// while the hub is not subscribed (unless its reads are failing:
+    /// those keep their backoff).
+    fn next_look(&self, engine: &Inner) -> Instant {
+        match self.failing {
+            Some(_) => self.recheck,
+            None => engine.heard(self.recheck, self.basis),
+        }
+    }
+
     fn learn(&mut self, blocked: Blocked, at: Instant) -> News {
         let fell = blocked.position < self.current.0.position;
         self.current = (blocked, at);
@@ -1234,7 +1263,7 @@ impl Waiter {
                     let latest = reads.borrow_and_update().clone();
                     latest.map_or(News::Nothing, |read| w.read(&read))
                 }
-                _ = sleep_until(w.recheck), if need.is_none() => {
+                _ = sleep_until(w.next_look(&self.engine)), if need.is_none() => {
                     need = Some(Need { seq: w.seen_seq, after: Some(w.basis) });
                     News::Nothing
                 }

@@ -191,6 +191,12 @@ impl Hub {
         self.inner.connected.subscribe()
     }
 
+    /// Whether the subscriber connection is up right now: while it is not,
+    /// wake messages are lost and waiters must look by themselves.
+    pub fn is_connected(&self) -> bool {
+        *self.inner.connected.borrow()
+    }
+
     /// Channels with at least one subscription (gauges, tests).
     pub fn channels(&self) -> usize {
         self.inner.channels.len()

@@ -447,3 +447,68 @@ async fn requests_that_do_not_wait_answer_within_the_response_timeout_while_redi
         late.join("\n")
     );
 }
+
+/// A wake-up published while the hub's subscriber is away is lost (pub/sub
+/// is at-most-once), and a latch has no lease whose end would make its
+/// waiters look again. While the hub cannot subscribe, waiters must look by
+/// themselves, often: here the hub is kept from re-subscribing (the ACL
+/// refuses PSUBSCRIBE) and the latch opens meanwhile; its waiter must be
+/// answered open soon after, not when the hub comes back.
+#[tokio::test]
+async fn a_latch_opened_while_the_hub_cannot_subscribe_still_releases_its_waiter() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let put = app
+        .client
+        .put(app.url("/latches/away"))
+        .json(&json!({"count": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let waiter = {
+        let client = app.client.clone();
+        let url = app.url("/latches/away/wait?wait_ms=20000");
+        tokio::spawn(async move {
+            let response = client.get(url).send().await.unwrap();
+            (
+                Instant::now(),
+                response.json::<serde_json::Value>().await.unwrap(),
+            )
+        })
+    };
+    let parked = eventually(Duration::from_secs(3), || async {
+        app.metrics().await.contains("latchkey_waiters 1")
+    })
+    .await;
+    assert!(parked, "the waiter never parked");
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "-psubscribe"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    redis.kill_clients("pubsub").await.unwrap();
+    let away = eventually(Duration::from_secs(5), || async {
+        app.metrics().await.contains("latchkey_pubsub_connected 0")
+    })
+    .await;
+    assert!(away, "the hub never noticed its connection was gone");
+    // Long enough for the hub's reconnect attempts to back off.
+    tokio::time::sleep(Duration::from_millis(3300)).await;
+    let opened = Instant::now();
+    let down = app.post("/latches/away/count-down", json!({})).await;
+    assert_eq!(down.status(), 200);
+    let (answered, body) = waiter.await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "+psubscribe"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(body["open"], true, "{body}");
+    let late = answered.saturating_duration_since(opened);
+    assert!(
+        late < Duration::from_millis(900),
+        "the waiter was answered {late:?} after the latch opened"
+    );
+}
