@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -23,14 +22,14 @@ use crate::coord::semaphores::Semaphores;
 use crate::http;
 use crate::http::access::Keys;
 use crate::metrics::Metrics;
-use crate::state::AppState;
+use crate::state::{AppState, Shared};
 use crate::store::pubsub::Hub;
 use crate::store::{Store, StoreConfig};
 use crate::wait::WaitEngine;
 
 pub struct Application {
     listener: TcpListener,
-    router: Router,
+    router: http::Service,
     state: AppState,
     addr: SocketAddr,
 }
@@ -71,7 +70,7 @@ impl Application {
                  release, force-unlock and delete every object (set api_keys or api_keys_file)"
             );
         }
-        let state = AppState {
+        let state = AppState::new(Shared {
             keys,
             config: Arc::new(config),
             locks: Locks::new(store.clone(), LockKind::Plain),
@@ -85,7 +84,7 @@ impl Application {
             engine,
             metrics,
             shutdown,
-        };
+        });
         let listener = TcpListener::bind(state.config.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", state.config.listen))?;
@@ -158,7 +157,7 @@ impl Application {
 /// `Router` through `axum::serve` rebuilt its whole route table for every
 /// connection (axum's per-connection `with_state(())`), about 1.6 KiB per
 /// route.
-async fn serve(listener: TcpListener, router: Router, token: CancellationToken) {
+async fn serve(listener: TcpListener, router: http::Service, token: CancellationToken) {
     // Every connection task holds a sender; the receiver sees the channel
     // close once the last of them has finished.
     let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);

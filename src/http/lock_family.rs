@@ -193,7 +193,10 @@ impl Checked {
 }
 
 /// A 201 with the grant and `Location:` the hold's URL.
-pub fn created(location: &str, grant: Value) -> Response {
+/// The 201 response for a grant (with `Location`). The body is serialized
+/// from its typed form directly: going through a JSON `Value` first cost
+/// about a tenth of an acquire's instructions in the service.
+pub fn created(location: &str, grant: impl Serialize) -> Response {
     let mut response = (StatusCode::CREATED, Json(grant)).into_response();
     if let Ok(value) = HeaderValue::from_str(location) {
         response.headers_mut().insert(header::LOCATION, value);
@@ -323,7 +326,7 @@ impl Acquisition for LockAcquisition {
             self.name.name,
             self.holder
         );
-        created(&location, self.grant_json(&grant))
+        created(&location, self.grant(&grant))
     }
 }
 

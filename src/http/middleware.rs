@@ -1,14 +1,17 @@
 //! Cross-cutting HTTP layers. [`observe`] is one middleware for what every
-//! request needs — a request id, a tracing span, metrics by route template
-//! and problem+json for error responses that did not come from our
-//! handlers — so that a request pays for one layer, not five.
+//! request needs after routing — a request id, a tracing span, metrics by
+//! route template, panic catching and problem+json for error responses
+//! that did not come from our handlers — so that a request pays for one
+//! per-route layer, not five (see [`crate::http::router`]).
 
+use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt;
 use tracing::Instrument;
 
 use crate::error::{self, ApiError, PROBLEM_CONTENT_TYPE};
@@ -18,7 +21,8 @@ use crate::metrics::Metrics;
 /// generated (a UUID) otherwise, and echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Request id, tracing span, metrics and problem+json for one request.
+/// Request id, tracing span, metrics, panic catching and problem+json for
+/// one request.
 pub async fn observe(State(metrics): State<Metrics>, mut request: Request, next: Next) -> Response {
     let request_id = match request.headers().get(&REQUEST_ID) {
         Some(id) => id.clone(),
@@ -41,7 +45,13 @@ pub async fn observe(State(metrics): State<Metrics>, mut request: Request, next:
         request_id = request_id.to_str().unwrap_or(""),
     );
     let started = Instant::now();
-    let mut response = problem_json(next.run(request).instrument(span.clone()).await);
+    // A bug must still answer (500 `internal`, detail not leaked) rather
+    // than drop the connection; the panic is logged in the request's span.
+    let answered = AssertUnwindSafe(next.run(request).instrument(span.clone()))
+        .catch_unwind()
+        .await;
+    let answered = answered.unwrap_or_else(|panic| span.in_scope(|| panic_response(panic)));
+    let mut response = problem_json(answered);
     let elapsed = started.elapsed();
     let status = response.status();
     if status.is_server_error() {
@@ -110,7 +120,7 @@ pub async fn not_found() -> ApiError {
 }
 
 /// The answer to a handler panic: logged, then a plain 500 `internal`.
-pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let message = panic
         .downcast_ref::<String>()
         .map(String::as_str)
@@ -118,4 +128,45 @@ pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Respons
         .unwrap_or("non-string panic");
     tracing::error!(panic = message, "handler panicked");
     ApiError::internal().into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// A handler that panics still gets an answer: 500 `internal` as
+    /// problem+json, with the request id, and the panic's message is not
+    /// in the body.
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_internal() {
+        async fn boom() -> &'static str {
+            panic!("secret detail")
+        }
+        let app =
+            Router::new()
+                .route("/boom", get(boom))
+                .layer(axum::middleware::from_fn_with_state(
+                    Metrics::new(),
+                    observe,
+                ));
+        let request = axum::http::Request::get("/boom")
+            .body(Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 500);
+        assert!(response.headers().contains_key(&REQUEST_ID));
+        let content_type = response.headers()[header::CONTENT_TYPE].clone();
+        assert_eq!(content_type, PROBLEM_CONTENT_TYPE);
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains("/problems/internal"), "{body}");
+        assert!(!body.contains("secret"), "{body}");
+    }
 }

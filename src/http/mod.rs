@@ -20,4 +20,4 @@ pub mod rwlocks;
 pub mod semaphores;
 
 pub use openapi::openapi;
-pub use router::router;
+pub use router::{Service, router};

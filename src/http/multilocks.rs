@@ -253,7 +253,8 @@ impl Acquisition for MultiAcquisition {
     }
 
     fn granted(&self, holds: Vec<LockGrant>) -> Response {
-        (StatusCode::CREATED, Json(self.grant_json(&holds))).into_response()
+        let body = MultiGrant::new(&self.names, &self.holder, &holds);
+        (StatusCode::CREATED, Json(body)).into_response()
     }
 }
 

@@ -187,7 +187,10 @@ impl Acquisition for RedlockAcquisition {
 
     fn granted(&self, grant: RedGrant) -> Response {
         let location = format!("/redlocks/{}/holders/{}", self.name.name, self.holder);
-        created(&location, self.grant_json(&grant))
+        created(
+            &location,
+            RedlockGrant::new(&self.name.name, &self.holder, &grant),
+        )
     }
 }
 

@@ -188,7 +188,10 @@ impl Acquisition for RwAcquisition {
 
     fn granted(&self, grant: RwGrant) -> Response {
         let location = format!("/rwlocks/{}/holders/{}", self.name.name, self.holder);
-        created(&location, self.grant_json(&grant))
+        created(
+            &location,
+            RwGrantBody::new(&self.name.name, &self.holder, &grant),
+        )
     }
 }
 

@@ -215,7 +215,10 @@ impl Acquisition for SemAcquisition {
 
     fn granted(&self, grant: SemGrant) -> Response {
         let location = format!("/semaphores/{}/holders/{}", self.name.name, self.holder);
-        created(&location, self.grant_json(&grant))
+        created(
+            &location,
+            SemaphoreGrant::new(&self.name.name, &self.holder, &grant),
+        )
     }
 }
 

@@ -278,6 +278,17 @@ impl Shared {
             inner.discard(used);
             return inner.connect(used.slot).await;
         }
+        match self.ready() {
+            Ok(found) => Ok(found),
+            Err(empty) => inner.connect(empty).await,
+        }
+    }
+
+    /// The next connected slot's connection, round robin (an empty slot on
+    /// the way is filled in the background); `Err` with the slot to
+    /// connect when none is connected.
+    fn ready(&self) -> Result<(SlotRef, MultiplexedConnection), usize> {
+        let inner = &self.inner;
         let n = inner.slots.len();
         let first = inner.next.fetch_add(1, Ordering::Relaxed) % n;
         for i in (0..n).map(|k| (first + k) % n) {
@@ -288,7 +299,7 @@ impl Shared {
                 return Ok(found);
             }
         }
-        inner.connect(first).await
+        Err(first)
     }
 
     fn fill_in_background(&self, slot: usize) {
@@ -454,6 +465,27 @@ impl Backend {
     /// failed call used before handing it out again.
     /// Failures are the redis crate's: the store tells a refused login
     /// from an unreachable server by them.
+    /// A connection for one call that is at hand without waiting (the
+    /// common case: a connected shared slot, or the cluster connection);
+    /// `None` when [`Backend::get`] must connect, replace or wait for one.
+    /// It lets callers skip the (large) future of `get` when it would
+    /// complete at once.
+    pub fn ready(&self, dedicated: bool, fresh: Option<&Conn>) -> Option<Conn> {
+        match self {
+            Backend::Single {
+                shared,
+                dedicated: pool,
+            } if fresh.is_none() && !(dedicated && pool.is_some()) => {
+                let (slot, conn) = shared.ready().ok()?;
+                Some(Conn::Shared(slot, conn))
+            }
+            Backend::Cluster(cluster) if fresh.is_none() => {
+                cluster.conn.lock().as_ref().cloned().map(Conn::Cluster)
+            }
+            _ => None,
+        }
+    }
+
     pub async fn get(&self, dedicated: bool, fresh: Option<&Conn>) -> RedisResult<Conn> {
         match self {
             Backend::Single {
