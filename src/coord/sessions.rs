@@ -110,6 +110,15 @@ pub struct SessionState {
     pub holds: u64,
 }
 
+/// A session renewed with every hold still attached to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewed {
+    pub ttl_ms: u64,
+    /// The holds renewed: every hold attached but those found gone (a
+    /// client that counts its holds sees here whether one was lost).
+    pub holds: u64,
+}
+
 /// Attached holds as the session hash has them: (hold, the version that
 /// attached it).
 type Attached = Vec<(Hold, String)>;
@@ -341,14 +350,14 @@ impl Sessions {
 
     /// Renews session `id` (for `ttl_ms`, or the ttl it has), then every
     /// hold attached to it for the same TTL, and forgets the holds that
-    /// are gone. Returns the TTL; `Ok(None)` when the session does not
-    /// exist. An error when some hold could not be renewed: the session
-    /// was, and a retry renews the rest.
+    /// are gone. `Ok(None)` when the session does not exist. An error when
+    /// some hold could not be renewed: the session was, and a retry renews
+    /// the rest.
     pub async fn heartbeat(
         &self,
         id: &str,
         ttl_ms: Option<u64>,
-    ) -> Result<Option<u64>, StoreError> {
+    ) -> Result<Option<Renewed>, StoreError> {
         let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self.call(&scripts::SESSION_HEARTBEAT, id, &[ttl]).await?;
         let (ttl_ms, holds) = match reply.as_slice() {
@@ -364,7 +373,10 @@ impl Sessions {
             }
             let _: i64 = self.call(&scripts::SESSION_DETACH, id, &pairs).await?;
         }
-        Ok(Some(ttl_ms))
+        Ok(Some(Renewed {
+            ttl_ms,
+            holds: (holds.len() - gone.len()) as u64,
+        }))
     }
 
     /// Releases every hold attached to session `id` (every reentrant hold

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::coord::sessions::{Hold, Sessions};
+use crate::coord::sessions::{Hold, Renewed, Sessions};
 use crate::coord::{Attempt, AttemptId, Blocked, Refusal};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
@@ -68,7 +68,8 @@ pub struct SessionRequest {
 /// A session created or renewed.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
-    "session": "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f", "ttl_ms": 30000, "heartbeat_interval_ms": 10000
+    "session": "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f", "ttl_ms": 30000, "heartbeat_interval_ms": 10000,
+    "holds": 5
 }))]
 pub struct SessionGrant {
     /// The session id: a capability to acquire in the session, renew it
@@ -77,14 +78,20 @@ pub struct SessionGrant {
     pub ttl_ms: u64,
     /// How often to send a heartbeat (ttl_ms / 3).
     pub heartbeat_interval_ms: u64,
+    /// The holds attached and renewed (0 at creation; a multi-lock counts
+    /// one per lock). Holds released by their holders are no longer
+    /// counted; a client that counts its holds sees here whether one was
+    /// lost (after a heartbeat that failed, for instance).
+    pub holds: u64,
 }
 
 impl SessionGrant {
-    fn new(session: String, ttl_ms: u64) -> Self {
+    fn new(session: String, renewed: Renewed) -> Self {
         SessionGrant {
             session,
-            ttl_ms,
-            heartbeat_interval_ms: ttl_ms / 3,
+            ttl_ms: renewed.ttl_ms,
+            heartbeat_interval_ms: renewed.ttl_ms / 3,
+            holds: renewed.holds,
         }
     }
 }
@@ -287,7 +294,8 @@ pub async fn create(
         let session = scope.name(new_holder())?;
         if state.sessions.create(&session.key, ttl_ms).await? {
             let location = format!("/sessions/{}", session.name);
-            let grant = json!(SessionGrant::new(session.name, ttl_ms));
+            let created = Renewed { ttl_ms, holds: 0 };
+            let grant = json!(SessionGrant::new(session.name, created));
             return Ok(crate::http::lock_family::created(&location, grant));
         }
     }
@@ -297,8 +305,9 @@ pub async fn create(
 ///
 /// The session's TTL becomes `ttl_ms` when given; every attached hold's
 /// lease becomes the session's TTL. Holds released or expired meanwhile
-/// are forgotten. A 503 means some hold could not be renewed (the session
-/// was): send the heartbeat again.
+/// are forgotten: `holds` counts the ones renewed. A 503 (or no answer)
+/// means some hold may not have been renewed although the session was:
+/// send the heartbeat again at once.
 #[utoipa::path(
     post,
     path = "/sessions/{id}/heartbeat",
@@ -320,7 +329,7 @@ pub async fn heartbeat(
     let session = path.scoped(&scope)?;
     let ttl = body.ttl_ms.map(|t| ttl_from(&state, Some(t))).transpose()?;
     match state.sessions.heartbeat(&session.key, ttl).await? {
-        Some(ttl_ms) => Ok(Json(SessionGrant::new(session.name, ttl_ms))),
+        Some(renewed) => Ok(Json(SessionGrant::new(session.name, renewed))),
         None => Err(ApiError::not_held(NO_SUCH_SESSION)),
     }
 }

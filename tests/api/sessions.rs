@@ -179,6 +179,7 @@ async fn one_session_heartbeat_renews_every_hold_and_its_expiry_frees_them_all()
         let beat: Value = beat.json().await.unwrap();
         assert_eq!(beat["session"], id.as_str());
         assert_eq!(beat["ttl_ms"], ttl_ms);
+        assert_eq!(beat["holds"], 5, "every hold renewed: {beat}");
     }
     assert_eq!(
         held(&b).await,
@@ -281,7 +282,7 @@ async fn a_session_hold_is_still_its_holders_and_released_holds_are_forgotten() 
         "counted until a heartbeat"
     );
     let beat = app.post(&format!("{path}/heartbeat"), json!({})).await;
-    assert_eq!(beat.status(), 200);
+    assert_eq!(beat.json::<Value>().await.unwrap()["holds"], 1);
     assert_eq!(get(&app, &path).await.1["holds"], 1);
     let deleted: Value = delete(&app, &path).await.json().await.unwrap();
     assert_eq!(deleted, json!({"released": 1}));
