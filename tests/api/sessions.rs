@@ -698,3 +698,101 @@ async fn an_acquire_whose_session_ends_while_it_waits_takes_nothing() {
     );
     assert_eq!(get(&app, &format!("/sessions/{id}")).await.1["holds"], 1);
 }
+
+/// The session scripts below HTTP: a session is one hash whose TTL is the
+/// session's; attaching a hold sets the hold's own lease to the session's
+/// remaining TTL, a heartbeat renews both, and a hold gone is forgotten.
+#[tokio::test]
+async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
+    use latchkey::coord::AttemptId;
+    use latchkey::coord::locks::{LockKind, Locks};
+    use latchkey::coord::rwlocks::RwLocks;
+    use latchkey::coord::semaphores::Semaphores;
+    use latchkey::coord::sessions::{Hold, HoldKind, Sessions};
+    use latchkey::store::{Store, StoreConfig};
+    use redis::AsyncCommands;
+
+    let redis = redis();
+    let config = StoreConfig {
+        mode: RedisMode::Standalone,
+        urls: vec![redis.url()],
+        sentinel_master: String::new(),
+        prefix: "t:".into(),
+        pool_size: 2,
+        connect_timeout: Duration::from_millis(500),
+        response_timeout: Duration::from_millis(1000),
+        min_replicas: 0,
+        tls: Default::default(),
+    };
+    let store = Store::open(&config, latchkey::metrics::Metrics::new())
+        .await
+        .unwrap();
+    let locks = Locks::new(store.clone(), LockKind::Plain);
+    let sessions = Sessions::new(
+        store.clone(),
+        (
+            locks.clone(),
+            Locks::new(store.clone(), LockKind::Fair { grace_ms: 1000 }),
+        ),
+        RwLocks::new(store.clone(), 1000),
+        Semaphores::new(store.clone(), 1000),
+        None,
+    );
+    let mut conn = redis_conn(&redis).await;
+    assert!(sessions.create("s1", 10_000).await.unwrap());
+    assert!(
+        !sessions.create("s1", 10_000).await.unwrap(),
+        "ids are unique"
+    );
+    let pttl: i64 = conn.pttl("t:{s1}:session").await.unwrap();
+    assert!(pttl > 9_900 && pttl <= 10_000, "{pttl}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    locks
+        .try_acquire("k", "h", 10_000, 0, &AttemptId::new())
+        .await
+        .unwrap();
+    let hold = Hold {
+        kind: HoldKind::Lock,
+        name: "k".into(),
+        holder: "h".into(),
+    };
+    let expires = sessions.attach("s1", std::slice::from_ref(&hold)).await;
+    let expires = expires.unwrap().expect("the session exists");
+    let session: i64 = conn.pttl("t:{s1}:session").await.unwrap();
+    let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(
+        expires <= 9_750,
+        "the remaining TTL, not the TTL: {expires}"
+    );
+    assert!(
+        (lock - session).abs() < 50,
+        "lock {lock} ms, session {session} ms"
+    );
+    let fields: Vec<String> = conn.hkeys("t:{s1}:session").await.unwrap();
+    assert!(fields.contains(&"lock|h|k".to_string()), "{fields:?}");
+
+    let renewed = sessions
+        .heartbeat("s1", Some(20_000))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((renewed.ttl_ms, renewed.holds), (20_000, 1));
+    let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(lock > 19_900, "renewed with the session: {lock}");
+    let state = sessions.state("s1").await.unwrap().unwrap();
+    assert_eq!((state.ttl_ms, state.holds), (20_000, 1));
+
+    assert!(locks.release("k", "h", false).await.unwrap().is_some());
+    let renewed = sessions.heartbeat("s1", None).await.unwrap().unwrap();
+    assert_eq!((renewed.ttl_ms, renewed.holds), (20_000, 0), "forgotten");
+    let fields: Vec<String> = conn.hkeys("t:{s1}:session").await.unwrap();
+    assert_eq!(fields.len(), 2, "ttl and version only: {fields:?}");
+
+    assert_eq!(sessions.delete("s1").await.unwrap(), Some(0));
+    assert_eq!(sessions.attach("s1", &[hold]).await.unwrap(), None);
+    assert_eq!(sessions.heartbeat("s1", None).await.unwrap(), None);
+    assert_eq!(sessions.delete("s1").await.unwrap(), None);
+    let exists: bool = conn.exists("t:{s1}:session").await.unwrap();
+    assert!(!exists);
+}
