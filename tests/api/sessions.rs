@@ -709,24 +709,10 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     use latchkey::coord::rwlocks::RwLocks;
     use latchkey::coord::semaphores::Semaphores;
     use latchkey::coord::sessions::{Hold, HoldKind, Sessions};
-    use latchkey::store::{Store, StoreConfig};
     use redis::AsyncCommands;
 
     let redis = redis();
-    let config = StoreConfig {
-        mode: RedisMode::Standalone,
-        urls: vec![redis.url()],
-        sentinel_master: String::new(),
-        prefix: "t:".into(),
-        pool_size: 2,
-        connect_timeout: Duration::from_millis(500),
-        response_timeout: Duration::from_millis(1000),
-        min_replicas: 0,
-        tls: Default::default(),
-    };
-    let store = Store::open(&config, latchkey::metrics::Metrics::new())
-        .await
-        .unwrap();
+    let store = test_store(&redis).await;
     let locks = Locks::new(store.clone(), LockKind::Plain);
     let sessions = Sessions::new(
         store.clone(),
