@@ -19,6 +19,7 @@ use crate::coord::multilocks::MultiLocks;
 use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
+use crate::coord::sessions::Sessions;
 use crate::http;
 use crate::http::access::Keys;
 use crate::metrics::Metrics;
@@ -70,15 +71,27 @@ impl Application {
                  release, force-unlock and delete every object (set api_keys or api_keys_file)"
             );
         }
+        let locks = Locks::new(store.clone(), LockKind::Plain);
+        let fair_locks = Locks::new(store.clone(), LockKind::Fair { grace_ms });
+        let rwlocks = RwLocks::new(store.clone(), grace_ms);
+        let semaphores = Semaphores::new(store.clone(), grace_ms);
+        let sessions = Sessions::new(
+            store.clone(),
+            (locks.clone(), fair_locks.clone()),
+            rwlocks.clone(),
+            semaphores.clone(),
+            redlocks.clone(),
+        );
         let state = AppState::new(Shared {
             keys,
             config: Arc::new(config),
-            locks: Locks::new(store.clone(), LockKind::Plain),
-            fair_locks: Locks::new(store.clone(), LockKind::Fair { grace_ms }),
+            locks,
+            fair_locks,
             multilocks: MultiLocks::new(store.clone()),
-            rwlocks: RwLocks::new(store.clone(), grace_ms),
-            semaphores: Semaphores::new(store.clone(), grace_ms),
+            rwlocks,
+            semaphores,
             redlocks,
+            sessions,
             latches: Latches::new(store.clone()),
             store,
             engine,

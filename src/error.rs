@@ -326,6 +326,16 @@ impl ApiError {
         )
     }
 
+    /// 404 `not-found`: the session an acquire names does not exist (never
+    /// the session id itself: it is a capability).
+    pub fn no_such_session() -> Self {
+        ApiError::not_found(
+            "no such session: the session named in the request expired, was deleted (possibly \
+             while this request waited), or never existed in this namespace; nothing was \
+             acquired. Create one with POST /sessions",
+        )
+    }
+
     /// 409 `upgrade-would-deadlock`: a reader among others asked to write.
     pub fn upgrade_would_deadlock() -> Self {
         ApiError::new(
@@ -443,6 +453,7 @@ impl From<WaitError> for ApiError {
             WaitError::Backend(e) => e.into(),
             WaitError::Refused(Refusal::UpgradeWouldDeadlock) => ApiError::upgrade_would_deadlock(),
             WaitError::Refused(Refusal::NotFound) => ApiError::no_such_object(),
+            WaitError::Refused(Refusal::NoSession) => ApiError::no_such_session(),
             WaitError::Refused(Refusal::MoreThan(permits)) => ApiError::out_of_range(format!(
                 "permits must be at most the semaphore's {permits} permits; a request for \
                  more could never be granted"

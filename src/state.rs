@@ -17,6 +17,7 @@ use crate::coord::multilocks::MultiLocks;
 use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
+use crate::coord::sessions::Sessions;
 use crate::http::access::Keys;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -64,6 +65,8 @@ pub struct Shared {
     /// RedLock over the independent `redlock_nodes` (`/redlocks`); `None`
     /// when none are configured.
     pub redlocks: Option<RedLocks>,
+    /// Sessions that holds of every primitive attach to (`/sessions`).
+    pub sessions: Sessions,
     /// Count-down latches (`/latches`).
     pub latches: Latches,
     /// The configured API keys (none: the service is open).

@@ -14,6 +14,7 @@ pub mod multilocks;
 pub mod redlock;
 pub mod rwlocks;
 pub mod semaphores;
+pub mod sessions;
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -113,6 +114,9 @@ pub enum Refusal {
     /// The request asks for more than the object has (`permits` of a
     /// semaphore that has only this many).
     MoreThan(u64),
+    /// The session the request acquires in does not exist (expired or
+    /// deleted, possibly while the request waited).
+    NoSession,
 }
 
 /// How one object's keys are named and what its scripts get first: the

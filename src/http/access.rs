@@ -186,6 +186,17 @@ pub struct ScopedName {
     pub key: String,
 }
 
+impl ScopedName {
+    /// Another name (already checked) in the same namespace.
+    pub fn sibling(&self, name: String) -> ScopedName {
+        let namespace = &self.key[..self.key.len() - self.name.len()];
+        ScopedName {
+            key: format!("{namespace}{name}"),
+            name,
+        }
+    }
+}
+
 impl Scope {
     /// Checks `name` and scopes it to this namespace.
     pub fn name(&self, name: String) -> Result<ScopedName, ApiError> {
@@ -315,6 +326,11 @@ mod tests {
         assert_eq!(
             team.names(&["x".into(), "y".into()]).unwrap(),
             ["team-a/x", "team-a/y"]
+        );
+        assert_eq!(scoped.sibling("s1".into()).key, "team-a/s1");
+        assert_eq!(
+            open.name("o".into()).unwrap().sibling("s1".into()).key,
+            "s1"
         );
     }
 }

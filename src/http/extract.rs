@@ -100,25 +100,41 @@ pub fn check_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Holder ids: 1–128 bytes of `[A-Za-z0-9._~:-]`.
-pub fn check_holder(holder: &str) -> Result<(), ApiError> {
-    if (1..=128).contains(&holder.len()) && valid_chars(holder) {
+/// Ids (holder ids, session ids): 1–128 bytes of `[A-Za-z0-9._~:-]`;
+/// otherwise the detail of the problem, naming `what`.
+fn check_id(id: &str, what: &str) -> Result<(), String> {
+    if (1..=128).contains(&id.len()) && valid_chars(id) {
         Ok(())
     } else {
-        Err(ApiError::invalid_body(
-            "holder ids are 1-128 characters of A-Z a-z 0-9 . _ ~ : -",
+        Err(format!(
+            "{what} are 1-128 characters of A-Z a-z 0-9 . _ ~ : -"
         ))
     }
 }
 
-/// A holder id in a path: same rules, but reported as a path problem.
-pub fn check_holder_in_path(holder: &str) -> Result<(), ApiError> {
-    check_holder(holder).map_err(|_| {
-        ApiError::invalid_name("holder ids are 1-128 characters of A-Z a-z 0-9 . _ ~ : -")
-    })
+/// Holder ids: 1–128 bytes of `[A-Za-z0-9._~:-]`.
+pub fn check_holder(holder: &str) -> Result<(), ApiError> {
+    check_id(holder, "holder ids").map_err(ApiError::invalid_body)
 }
 
-/// A new holder id with 128 bits of randomness, as 32 hex digits.
+/// A holder id in a path: same rules, but reported as a path problem.
+pub fn check_holder_in_path(holder: &str) -> Result<(), ApiError> {
+    check_id(holder, "holder ids").map_err(ApiError::invalid_name)
+}
+
+/// Session ids in a body: the rules of holder ids (the server makes them:
+/// 32 hex digits).
+pub fn check_session(id: &str) -> Result<(), ApiError> {
+    check_id(id, "session ids").map_err(ApiError::invalid_body)
+}
+
+/// A session id in a path: same rules, but reported as a path problem.
+pub fn check_session_in_path(id: &str) -> Result<(), ApiError> {
+    check_id(id, "session ids").map_err(ApiError::invalid_name)
+}
+
+/// A new holder id (or session id) with 128 bits of randomness, as 32 hex
+/// digits.
 pub fn new_holder() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
@@ -205,10 +221,20 @@ pub fn wants_sse(headers: &axum::http::HeaderMap) -> bool {
 /// The lease an acquire or heartbeat asked for, checked against the
 /// configured range (the default when omitted).
 pub fn lease_from(state: &AppState, lease: Option<Millis>) -> Result<u64, ApiError> {
+    lease_named(state, "lease_ms", lease)
+}
+
+/// A session's `ttl_ms`: the range and default of a lease (its holds'
+/// leases follow it).
+pub fn ttl_from(state: &AppState, ttl: Option<Millis>) -> Result<u64, ApiError> {
+    lease_named(state, "ttl_ms", ttl)
+}
+
+fn lease_named(state: &AppState, field: &str, lease: Option<Millis>) -> Result<u64, ApiError> {
     let c = &state.config;
     match lease {
         None => Ok(c.default_lease_ms),
-        Some(m) => m.within("lease_ms", c.min_lease_ms, c.max_lease_ms),
+        Some(m) => m.within(field, c.min_lease_ms, c.max_lease_ms),
     }
 }
 

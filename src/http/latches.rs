@@ -219,8 +219,8 @@ impl Acquisition for LatchWait {
         Some(())
     }
 
-    fn grant_json(&self, _grant: &()) -> Value {
-        json!(LatchCount::of(0))
+    fn grant_body<'a>(&'a self, _grant: &'a ()) -> impl Serialize + 'a {
+        LatchCount::of(0)
     }
 
     fn granted(&self, _grant: ()) -> Response {

@@ -10,18 +10,19 @@ use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::locks::{LockGrant, LockKind, Locks};
+use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
     Millis, check_holder, check_holder_in_path, lease_from, new_holder, renewal_lease, wait_from,
 };
-use crate::http::longpoll::{self, Acquisition, Timing};
+use crate::http::longpoll::{Acquisition, Timing};
+use crate::http::sessions::{self, Held};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::wait::WaitMode;
@@ -75,6 +76,14 @@ pub struct AcquireRequest {
     /// maximum is configuration (max_wait_ms); each server shows its own.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
+    /// A session id (`POST /sessions`), in place of `lease_ms`: the hold
+    /// lives as long as the session, renewed by its heartbeats and released
+    /// when it ends. 404 `not-found` when the session does not exist.
+    #[schema(
+        example = "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f",
+        pattern = "^[A-Za-z0-9._~:-]{1,128}$"
+    )]
+    pub session: Option<String>,
 }
 
 /// Body of a heartbeat; may be omitted.
@@ -141,18 +150,28 @@ impl Grant {
 }
 
 /// An acquire request, checked: the object, who acquires (generated when
-/// omitted), the lease and how long it may wait.
+/// omitted), the lease, how long it may wait, and the session it acquires
+/// in, if any.
 pub struct Checked {
     pub arrived: Instant,
     pub name: ScopedName,
     pub holder: String,
+    /// The body's, or the session's TTL.
     pub lease_ms: u64,
     pub wait_ms: u64,
+    /// The session the hold attaches to (in the object's namespace).
+    pub session: Option<ScopedName>,
 }
 
 impl Checked {
-    /// `arrived` is taken first, so the wait counts from the request's arrival.
-    pub fn new(state: &AppState, name: ScopedName, body: AcquireRequest) -> Result<Self, ApiError> {
+    /// `arrived` is taken first, so the wait counts from the request's
+    /// arrival. A request in a session takes the session's TTL as its
+    /// lease (404 `not-found` when there is no such session).
+    pub async fn new(
+        state: &AppState,
+        name: ScopedName,
+        body: AcquireRequest,
+    ) -> Result<Self, ApiError> {
         let arrived = Instant::now();
         let holder = match body.holder {
             Some(holder) => {
@@ -161,12 +180,27 @@ impl Checked {
             }
             None => new_holder(),
         };
+        let wait_ms = wait_from(state, body.wait_ms)?;
+        let (lease_ms, session) = match (body.session, body.lease_ms) {
+            (None, lease) => (lease_from(state, lease)?, None),
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid_body(
+                    "send either lease_ms or session, not both: a hold in a session has the \
+                     session's TTL as its lease",
+                ));
+            }
+            (Some(id), None) => {
+                let session = sessions::scoped(&name, id)?;
+                (sessions::lease_in(state, &session).await?, Some(session))
+            }
+        };
         Ok(Checked {
             arrived,
             name,
             holder,
-            lease_ms: lease_from(state, body.lease_ms)?,
-            wait_ms: wait_from(state, body.wait_ms)?,
+            lease_ms,
+            wait_ms,
+            session,
         })
     }
 
@@ -315,18 +349,30 @@ impl Acquisition for LockAcquisition {
         lock_held(blocked)
     }
 
-    fn grant_json(&self, grant: &LockGrant) -> Value {
-        json!(self.grant(grant))
+    fn grant_body<'a>(&'a self, grant: &'a LockGrant) -> impl Serialize + 'a {
+        self.grant(grant)
     }
 
-    fn granted(&self, grant: LockGrant) -> Response {
-        let location = format!(
-            "{}/{}/holders/{}",
-            naming(self.locks.kind()).0,
-            self.name.name,
-            self.holder
-        );
-        created(&location, self.grant(&grant))
+    fn location(&self) -> Option<String> {
+        let resource = naming(self.locks.kind()).0;
+        Some(format!(
+            "{resource}/{}/holders/{}",
+            self.name.name, self.holder
+        ))
+    }
+}
+
+impl Held for LockAcquisition {
+    fn holds(&self) -> Vec<Hold> {
+        let kind = match self.locks.kind() {
+            LockKind::Plain => HoldKind::Lock,
+            LockKind::Fair { .. } => HoldKind::FairLock,
+        };
+        vec![Hold {
+            kind,
+            name: self.name.key.clone(),
+            holder: self.holder.clone(),
+        }]
     }
 }
 
@@ -352,7 +398,7 @@ pub async fn acquire(
     headers: HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
-    let checked = Checked::new(state, name, body)?;
+    let checked = Checked::new(state, name, body).await?;
     let timing = checked.timing();
     let acquisition = LockAcquisition {
         locks: locks.clone(),
@@ -361,7 +407,7 @@ pub async fn acquire(
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(state, headers, timing, acquisition).await
+    sessions::respond(state, headers, timing, checked.session, acquisition).await
 }
 
 /// What a lock-like resource answers to the operations on holds and on
@@ -539,7 +585,7 @@ macro_rules! lock_routes {
         use $crate::http::lock_family::{
             AcquireRequest, ForceUnlock, Grant, LockStatus, Release, ReleaseQuery,
         };
-        use $crate::http::responses::{AcquireErrors, examples};
+        use $crate::http::responses::{AcquireErrors, NoSessionErrors, examples};
 
         /// Acquire (or re-enter as its holder).
         ///
@@ -567,6 +613,7 @@ macro_rules! lock_routes {
                     headers(("Location" = String, description = "…/{name}/holders/{holder}"))),
                 (status = 409, description = $conflict, body = Problem, content_type = "application/problem+json",
                     examples(("lock-held" = (value = json!(examples::$conflict_example()))))),
+                NoSessionErrors,
                 AcquireErrors,
             )
         )]

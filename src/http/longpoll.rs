@@ -24,11 +24,12 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 use futures_util::stream;
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -36,6 +37,7 @@ use tokio::time::Instant;
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::http::extract::wants_sse;
+use crate::http::lock_family::created;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -162,11 +164,29 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         data
     }
 
-    /// The grant as a JSON document (201 body, SSE `acquired` data).
-    fn grant_json(&self, grant: &Self::Grant) -> Value;
+    /// The grant's body (201 body, SSE `acquired` data), serialized from
+    /// its typed form where the answer is JSON.
+    fn grant_body<'a>(&'a self, grant: &'a Self::Grant) -> impl Serialize + 'a;
 
-    /// The 201 response for a grant (with `Location`).
-    fn granted(&self, grant: Self::Grant) -> Response;
+    /// The grant as a JSON document (for the SSE `acquired` event, and for
+    /// wrappers that add to it).
+    fn grant_json(&self, grant: &Self::Grant) -> Value {
+        serde_json::to_value(self.grant_body(grant)).unwrap_or(Value::Null)
+    }
+
+    /// The URL of the hold a grant makes (its `Location`), where it has one.
+    fn location(&self) -> Option<String> {
+        None
+    }
+
+    /// The response for a grant: 201 with the grant and its `Location`.
+    fn granted(&self, grant: Self::Grant) -> Response {
+        let grant = self.grant_body(&grant);
+        match self.location() {
+            Some(location) => created(&location, grant),
+            None => (StatusCode::CREATED, axum::Json(grant)).into_response(),
+        }
+    }
 }
 
 /// When a request arrived and how long it may wait.
@@ -405,7 +425,7 @@ impl<A: Acquisition> Drop for UndoGuard<'_, A> {
 /// Undoes `attempt` in the background, retrying transient failures with
 /// capped backoff for [`GIVE_BACK_FOR`]. If it never succeeds, the grant
 /// (if there was one) ends with its lease; that is logged, without ids.
-fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
+pub(crate) fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
     tokio::spawn(async move {
         let until = Instant::now() + GIVE_BACK_FOR;
         let mut delay = Duration::from_millis(100);

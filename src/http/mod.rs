@@ -18,6 +18,7 @@ pub(crate) mod responses;
 mod router;
 pub mod rwlocks;
 pub mod semaphores;
+pub mod sessions;
 
 pub use openapi::openapi;
 pub use router::{Service, router};

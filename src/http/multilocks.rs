@@ -7,21 +7,23 @@ use std::collections::HashSet;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::coord::locks::LockGrant;
 use crate::coord::multilocks::MultiLocks;
+use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
 use crate::http::access::Scope;
 use crate::http::extract::{ApiJson, Millis, check_holder, check_name, renewal_lease};
 use crate::http::lock_family::{AcquireRequest, Checked};
-use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{AcquireErrors, SetHoldErrors, examples};
+use crate::http::longpoll::Acquisition;
+use crate::http::responses::{AcquireErrors, NoSessionErrors, SetHoldErrors, examples};
+use crate::http::sessions::{self, Held};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::wait::WaitMode;
@@ -51,6 +53,14 @@ pub struct MultiAcquireRequest {
     /// its own.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
+    /// A session id (`POST /sessions`), in place of `lease_ms`: every lock
+    /// of the set is held as long as the session (each lock counts as one
+    /// of its holds). 404 `not-found` when the session does not exist.
+    #[schema(
+        example = "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f",
+        pattern = "^[A-Za-z0-9._~:-]{1,128}$"
+    )]
+    pub session: Option<String>,
 }
 
 /// Body of a heartbeat.
@@ -248,13 +258,22 @@ impl Acquisition for MultiAcquisition {
         })
     }
 
-    fn grant_json(&self, holds: &Vec<LockGrant>) -> Value {
-        json!(MultiGrant::new(&self.names, &self.holder, holds))
+    fn grant_body<'a>(&'a self, holds: &'a Vec<LockGrant>) -> impl Serialize + 'a {
+        MultiGrant::new(&self.names, &self.holder, holds)
     }
+}
 
-    fn granted(&self, holds: Vec<LockGrant>) -> Response {
-        let body = MultiGrant::new(&self.names, &self.holder, &holds);
-        (StatusCode::CREATED, Json(body)).into_response()
+impl Held for MultiAcquisition {
+    /// One plain lock per name of the set.
+    fn holds(&self) -> Vec<Hold> {
+        self.keys
+            .iter()
+            .map(|key| Hold {
+                kind: HoldKind::Lock,
+                name: key.clone(),
+                holder: self.holder.clone(),
+            })
+            .collect()
     }
 }
 
@@ -291,6 +310,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"bloc
             `retry_after_ms` is the longest of their remaining leases; nothing was taken",
             body = Problem, content_type = "application/problem+json",
             examples(("lock-held" = (value = json!(examples::set_held()))))),
+        NoSessionErrors,
         AcquireErrors,
     )
 )]
@@ -306,10 +326,11 @@ pub async fn acquire(
         holder: body.holder,
         lease_ms: body.lease_ms,
         wait_ms: body.wait_ms,
+        session: body.session,
     };
     // The set's first name stands for it in the checked request (the
     // names were checked above).
-    let checked = Checked::new(&state, scope.name(body.names[0].clone())?, rest)?;
+    let checked = Checked::new(&state, scope.name(body.names[0].clone())?, rest).await?;
     let timing = checked.timing();
     let acquisition = MultiAcquisition {
         multilocks: state.multilocks.clone(),
@@ -318,7 +339,7 @@ pub async fn acquire(
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(&state, headers, timing, acquisition).await
+    sessions::respond(&state, headers, timing, checked.session, acquisition).await
 }
 
 /// Renew the holder's lease on every lock of the set (or on none).

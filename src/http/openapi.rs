@@ -48,6 +48,15 @@ use crate::error::Problem;
             answer; 503 `redlock-not-configured` on every route when no nodes are configured. \
             Read the README's guarantees before relying on it: a plain lock with fencing tokens \
             is often the better choice."),
+        (name = "sessions", description = "Sessions (Consul sessions, etcd leases): one TTL that \
+            holds of every primitive attach to. Acquire with `\"session\": id` in place of \
+            `lease_ms` and the hold lives as long as the session: one session heartbeat renews \
+            every hold attached to it, and when the session expires or is deleted every hold is \
+            released and its waiters woken. Each hold keeps its own holder id and fencing token. \
+            The holds live in their own objects' Redis keys (hash slots, on a Cluster), so the \
+            service keeps each hold's lease equal to the session's remaining TTL rather than \
+            changing them all in one step: on expiry they end together (within a few ms), and \
+            waiters see them end no later than their re-check bound."),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(Problem)),
@@ -96,6 +105,12 @@ pub(super) fn with_bounds(mut doc: serde_json::Value, config: &Config) -> serde_
         }
     }
     visit(&mut doc, config);
+    // A session's TTL has the bounds of a lease (a latch's `ttl_ms` has
+    // its own).
+    if let Some(ttl) = doc.pointer_mut("/components/schemas/SessionRequest/properties/ttl_ms") {
+        ttl["minimum"] = config.min_lease_ms.into();
+        ttl["maximum"] = config.max_lease_ms.into();
+    }
     doc
 }
 
@@ -107,7 +122,8 @@ pub(super) fn with_bounds(mut doc: serde_json::Value, config: &Config) -> serde_
 /// - An optional body is generated as `oneOf: [null, Schema]`; it becomes
 ///   the schema itself with `required: false`, with the schema's example on
 ///   the media type, so Swagger UI pre-fills a valid request.
-/// - A multi-lock's `names` get `uniqueItems: true`.
+/// - A multi-lock's `names` get `uniqueItems: true`; an acquire body
+///   may not have both `lease_ms` and `session` (`not: {required: …}`).
 /// - Links from a grant and from a creation to what follows ([`add_links`]).
 pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
     use serde_json::{Map, Value};
@@ -121,11 +137,23 @@ pub(super) fn polish(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
                 .collect()
         })
         .unwrap_or_default();
-    // A multi-lock's `names` are distinct (utoipa has no `uniqueItems`).
+    // A multi-lock's `names` are distinct (utoipa has no `uniqueItems`),
+    // and an acquire names a lease or a session, not both.
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
         for schema in schemas.values_mut() {
             if let Some(names) = schema.pointer_mut("/properties/names") {
                 names["uniqueItems"] = Value::Bool(true);
+            }
+            let has = |field: &str| schema["properties"].get(field).is_some();
+            if has("lease_ms") && has("session") {
+                // Both given and not null (serde reads null as omitted).
+                schema["not"] = serde_json::json!({
+                    "required": ["lease_ms", "session"],
+                    "properties": {
+                        "lease_ms": {"type": "integer"},
+                        "session": {"type": "string"},
+                    },
+                });
             }
         }
     }
@@ -268,8 +296,10 @@ pub(super) fn without_security(mut doc: serde_json::Value) -> serde_json::Value 
 /// the heartbeat, release and state of the same resource with the holder
 /// from the answer (and a rwlock's release with the mode acquired), and
 /// creating a semaphore or a latch (`configure_…`, `set_…`) links to every
-/// operation on it that takes no holder. A multi-lock's follow-ups take
-/// their set in the body, which a link cannot build, so it has none.
+/// operation on it that takes no holder, and creating a session
+/// (`create_session`) to every operation on it, with the id from the
+/// answer. A multi-lock's follow-ups take their set in the body, which a
+/// link cannot build, so it has none.
 fn add_links(doc: &mut serde_json::Value) {
     use serde_json::{Map, Value, json};
     struct Operation {
@@ -307,7 +337,10 @@ fn add_links(doc: &mut serde_json::Value) {
     }
     let has = |o: &Operation, p: &str| o.parameters.iter().any(|q| q == p);
     let mut links: Vec<(String, &'static str, Map<String, Value>)> = Vec::new();
-    for from in operations.iter().filter(|o| has(o, "name")) {
+    for from in operations
+        .iter()
+        .filter(|o| has(o, "name") || o.id.starts_with("create_"))
+    {
         let action = from.id.split('_').next().unwrap_or("");
         let mode = ["read", "write"]
             .into_iter()
@@ -321,13 +354,21 @@ fn add_links(doc: &mut serde_json::Value) {
             let linked = match action {
                 "acquire" => matches!(to_action, "heartbeat" | "release" | "get"),
                 "configure" | "set" => has(to, "name") && !has(to, "holder"),
+                "create" => has(to, "id"),
                 _ => false,
             };
             if !linked {
                 continue;
             }
             let mut parameters = Map::new();
-            parameters.insert("name".into(), json!("$request.path.name"));
+            if has(to, "name") {
+                parameters.insert("name".into(), json!("$request.path.name"));
+            }
+            // The only creation whose object is named by the answer: a
+            // session.
+            if has(to, "id") {
+                parameters.insert("id".into(), json!("$response.body#/session"));
+            }
             if has(to, "holder") {
                 parameters.insert("holder".into(), json!("$response.body#/holder"));
             }

@@ -14,19 +14,22 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
-use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::coord::redlock::{RedGrant, RedLocks, RedState};
+use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem};
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{ApiJson, ApiPath, renewal_lease};
 use crate::http::lock_family::{
-    AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath, created,
+    AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath,
 };
-use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{QuorumAcquireErrors, QuorumHoldErrors, QuorumRenewErrors, examples};
+use crate::http::longpoll::Acquisition;
+use crate::http::responses::{
+    NoSessionErrors, QuorumAcquireErrors, QuorumHoldErrors, QuorumRenewErrors, examples,
+};
+use crate::http::sessions::{self, Held};
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -181,16 +184,25 @@ impl Acquisition for RedlockAcquisition {
         held_on_quorum(blocked.retry_after_ms)
     }
 
-    fn grant_json(&self, grant: &RedGrant) -> Value {
-        json!(RedlockGrant::new(&self.name.name, &self.holder, grant))
+    fn grant_body<'a>(&'a self, grant: &'a RedGrant) -> impl Serialize + 'a {
+        RedlockGrant::new(&self.name.name, &self.holder, grant)
     }
 
-    fn granted(&self, grant: RedGrant) -> Response {
-        let location = format!("/redlocks/{}/holders/{}", self.name.name, self.holder);
-        created(
-            &location,
-            RedlockGrant::new(&self.name.name, &self.holder, &grant),
-        )
+    fn location(&self) -> Option<String> {
+        Some(format!(
+            "/redlocks/{}/holders/{}",
+            self.name.name, self.holder
+        ))
+    }
+}
+
+impl Held for RedlockAcquisition {
+    fn holds(&self) -> Vec<Hold> {
+        vec![Hold {
+            kind: HoldKind::Redlock,
+            name: self.name.key.clone(),
+            holder: self.holder.clone(),
+        }]
     }
 }
 
@@ -228,6 +240,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
             (`lock-held`), with `retry_after_ms`: when enough of those holds end for a quorum",
             body = Problem, content_type = "application/problem+json",
             examples(("lock-held" = (value = json!(examples::held_on_quorum()))))),
+        NoSessionErrors,
         QuorumAcquireErrors,
     )
 )]
@@ -239,7 +252,7 @@ pub async fn acquire(
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> Result<Response, ApiError> {
     let redlocks = configured(&state)?.clone();
-    let checked = Checked::new(&state, scope.name(path.name)?, body)?;
+    let checked = Checked::new(&state, scope.name(path.name)?, body).await?;
     let timing = checked.timing();
     let acquisition = RedlockAcquisition {
         redlocks,
@@ -247,7 +260,7 @@ pub async fn acquire(
         holder: checked.holder,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(&state, headers, timing, acquisition).await
+    sessions::respond(&state, headers, timing, checked.session, acquisition).await
 }
 
 /// Renew the hold on every node.

@@ -20,7 +20,7 @@ pub mod examples {
     use crate::error::{ApiError, Problem};
     use crate::http::extract::{Millis, check_name};
     use crate::http::lock_family::{HoldApi, lock_held as held};
-    use crate::http::{latches, multilocks, redlocks, semaphores};
+    use crate::http::{latches, multilocks, redlocks, semaphores, sessions};
     use crate::store::Condition;
 
     fn problem(error: ApiError) -> Problem {
@@ -135,6 +135,26 @@ pub mod examples {
 
     pub fn redlock_not_configured() -> Problem {
         problem(ApiError::redlock_not_configured())
+    }
+
+    pub fn no_such_session() -> Problem {
+        problem(ApiError::no_such_session())
+    }
+
+    pub fn session_not_found() -> Problem {
+        problem(ApiError::not_found(sessions::NO_SUCH_SESSION))
+    }
+
+    pub fn session_not_held() -> Problem {
+        problem(ApiError::not_held(sessions::NO_SUCH_SESSION))
+    }
+
+    pub fn invalid_ttl() -> Problem {
+        problem(
+            Millis(100)
+                .within("ttl_ms", 500, 86_400_000)
+                .expect_err("below the minimum"),
+        )
     }
 }
 
@@ -311,5 +331,54 @@ problem_responses! {
         /// Too few nodes answered, no RedLock nodes are configured, Redis
         /// unavailable, or shutting down
         Unavailable = 503 [("quorum-unavailable", quorum_unavailable), ("redlock-not-configured", redlock_not_configured), ("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
+    }
+}
+
+problem_responses! {
+    /// The 404 of an acquire that names a session (`session` in its body)
+    /// that does not exist.
+    NoSessionErrors {
+        /// No such session (`not-found`): it expired, was deleted (possibly
+        /// while the request waited) or never existed; nothing was acquired
+        NoSession = 404 [("not-found", no_such_session)],
+    }
+}
+
+problem_responses! {
+    /// Errors of creating a session.
+    SessionCreateErrors {
+        /// Invalid body, or `ttl_ms` out of range
+        Invalid = 400 [("invalid-body", invalid_body), ("out-of-range", invalid_ttl)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
+}
+
+problem_responses! {
+    /// Errors of reading or ending a session.
+    SessionErrors {
+        /// Invalid session id
+        Invalid = 400 [("invalid-name", invalid_name)],
+        /// No such session (expired, deleted, or never created)
+        NotFound = 404 [("not-found", session_not_found)],
+        /// Redis unavailable (ending it: the session is kept; retry)
+        Unavailable = 503 [("backend-unavailable", backend_unavailable), ("quorum-unavailable", quorum_unavailable)],
+    }
+}
+
+problem_responses! {
+    /// Errors of a session's heartbeat.
+    SessionRenewErrors {
+        /// Invalid session id or body, or `ttl_ms` out of range
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", invalid_ttl)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// No such session (expired, deleted, or never created)
+        NotHeld = 404 [("not-held", session_not_held)],
+        /// Redis unavailable, or some attached hold could not be renewed
+        /// (the session was): retry
+        Unavailable = 503 [("backend-unavailable", backend_unavailable), ("quorum-unavailable", quorum_unavailable)],
     }
 }

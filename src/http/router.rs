@@ -16,7 +16,9 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish, with_bounds, without_security};
-use super::{fair_locks, health, latches, locks, multilocks, redlocks, rwlocks, semaphores};
+use super::{
+    fair_locks, health, latches, locks, multilocks, redlocks, rwlocks, semaphores, sessions,
+};
 use crate::config::{Config, CorsOrigins};
 use crate::state::AppState;
 
@@ -56,6 +58,9 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(redlocks::heartbeat))
         .routes(routes!(redlocks::release))
         .routes(routes!(redlocks::state))
+        .routes(routes!(sessions::create))
+        .routes(routes!(sessions::heartbeat))
+        .routes(routes!(sessions::state, sessions::delete))
         .routes(routes!(latches::set, latches::state, latches::delete))
         .routes(routes!(latches::count_down))
         .routes(routes!(latches::wait))

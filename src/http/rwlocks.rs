@@ -11,11 +11,13 @@ use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
+use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::http::access::ScopedName;
-use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, created};
-use crate::http::longpoll::{self, Acquisition};
-use crate::http::responses::{AcquireErrors, examples};
+use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi};
+use crate::http::longpoll::Acquisition;
+use crate::http::responses::{AcquireErrors, NoSessionErrors, examples};
+use crate::http::sessions::{self, Held};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
 
@@ -182,16 +184,29 @@ impl Acquisition for RwAcquisition {
         json!({ "retry_after_ms": blocked.retry_after_ms })
     }
 
-    fn grant_json(&self, grant: &RwGrant) -> Value {
-        json!(RwGrantBody::new(&self.name.name, &self.holder, grant))
+    fn grant_body<'a>(&'a self, grant: &'a RwGrant) -> impl Serialize + 'a {
+        RwGrantBody::new(&self.name.name, &self.holder, grant)
     }
 
-    fn granted(&self, grant: RwGrant) -> Response {
-        let location = format!("/rwlocks/{}/holders/{}", self.name.name, self.holder);
-        created(
-            &location,
-            RwGrantBody::new(&self.name.name, &self.holder, &grant),
-        )
+    fn location(&self) -> Option<String> {
+        Some(format!(
+            "/rwlocks/{}/holders/{}",
+            self.name.name, self.holder
+        ))
+    }
+}
+
+impl Held for RwAcquisition {
+    fn holds(&self) -> Vec<Hold> {
+        let kind = match self.mode {
+            Mode::Read => HoldKind::Read,
+            Mode::Write => HoldKind::Write,
+        };
+        vec![Hold {
+            kind,
+            name: self.name.key.clone(),
+            holder: self.holder.clone(),
+        }]
     }
 }
 
@@ -202,7 +217,7 @@ async fn acquire(
     headers: HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
-    let checked = Checked::new(&state, name, body)?;
+    let checked = Checked::new(&state, name, body).await?;
     let timing = checked.timing();
     let acquisition = RwAcquisition {
         rwlocks: state.rwlocks.clone(),
@@ -212,7 +227,7 @@ async fn acquire(
         mode,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(&state, headers, timing, acquisition).await
+    sessions::respond(&state, headers, timing, checked.session, acquisition).await
 }
 
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"catalog\",\"holder\":\"reader-1\",\"fencing_token\":8,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"mode\":\"read\",\"read_hold_count\":1,\"write_hold_count\":0}\n\n";
@@ -237,6 +252,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
             headers(("Location" = String, description = "/rwlocks/{name}/holders/{holder}"))),
         (status = 409, description = "A writer holds the rwlock or is queued ahead (`lock-held`), with `retry_after_ms`", body = Problem, content_type = "application/problem+json",
             examples(("lock-held" = (value = json!(examples::lock_held()))))),
+        NoSessionErrors,
         AcquireErrors,
     )
 )]
@@ -272,6 +288,7 @@ pub async fn acquire_read(
         (status = 409, description = "Held by others or others queued ahead (`lock-held`, with `retry_after_ms`), \
             or this holder reads together with other readers (`upgrade-would-deadlock`)", body = Problem, content_type = "application/problem+json",
             examples(("lock-held" = (value = json!(examples::lock_held()))), ("upgrade-would-deadlock" = (value = json!(examples::upgrade_would_deadlock()))))),
+        NoSessionErrors,
         AcquireErrors,
     )
 )]

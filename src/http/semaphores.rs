@@ -11,13 +11,15 @@ use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
+use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ProblemType;
 use crate::http::access::ScopedName;
 use crate::http::extract::Millis;
-use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, created};
-use crate::http::longpoll::{self, Acquisition};
+use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi};
+use crate::http::longpoll::Acquisition;
 use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors, examples};
+use crate::http::sessions::{self, Held};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
 
@@ -85,6 +87,14 @@ pub struct SemaphoreAcquireRequest {
     /// maximum is configuration (max_wait_ms); each server shows its own.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
+    /// A session id (`POST /sessions`), in place of `lease_ms`: the permits
+    /// are held as long as the session, renewed by its heartbeats and given
+    /// back when it ends. 404 `not-found` when the session does not exist.
+    #[schema(
+        example = "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f",
+        pattern = "^[A-Za-z0-9._~:-]{1,128}$"
+    )]
+    pub session: Option<String>,
 }
 
 /// A grant or renewal: the lock family's grant for the holder's hold, and
@@ -209,16 +219,25 @@ impl Acquisition for SemAcquisition {
         })
     }
 
-    fn grant_json(&self, grant: &SemGrant) -> Value {
-        json!(SemaphoreGrant::new(&self.name.name, &self.holder, grant))
+    fn grant_body<'a>(&'a self, grant: &'a SemGrant) -> impl Serialize + 'a {
+        SemaphoreGrant::new(&self.name.name, &self.holder, grant)
     }
 
-    fn granted(&self, grant: SemGrant) -> Response {
-        let location = format!("/semaphores/{}/holders/{}", self.name.name, self.holder);
-        created(
-            &location,
-            SemaphoreGrant::new(&self.name.name, &self.holder, &grant),
-        )
+    fn location(&self) -> Option<String> {
+        Some(format!(
+            "/semaphores/{}/holders/{}",
+            self.name.name, self.holder
+        ))
+    }
+}
+
+impl Held for SemAcquisition {
+    fn holds(&self) -> Vec<Hold> {
+        vec![Hold {
+            kind: HoldKind::Semaphore,
+            name: self.name.key.clone(),
+            holder: self.holder.clone(),
+        }]
     }
 }
 
@@ -279,7 +298,9 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"posi
             `position`, `available`), then one of `acquired`, `timeout` or `error`.",
             content((SemaphoreGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/semaphores/{name}/holders/{holder}"))),
-        (status = 404, description = "No such semaphore (`not-found`): never configured, or deleted while waiting", body = Problem, content_type = "application/problem+json",
+        (status = 404, description = "No such semaphore (`not-found`): never configured, or deleted while waiting; \
+            or no such session (`not-found`, with a detail naming the session): the body's `session` expired, \
+            was deleted or never existed", body = Problem, content_type = "application/problem+json",
             examples(("not-found" = (value = json!(examples::not_found()))))),
         (status = 409, description = "Not enough permits, or waiters queued ahead (`no-permits`), with \
             `available`, `retry_after_ms` and `position`", body = Problem, content_type = "application/problem+json",
@@ -295,17 +316,18 @@ pub async fn acquire(
     ApiJson(body): ApiJson<SemaphoreAcquireRequest>,
 ) -> Result<Response, ApiError> {
     let name = scope.name(path.name)?;
-    let rest = AcquireRequest {
-        holder: body.holder,
-        lease_ms: body.lease_ms,
-        wait_ms: body.wait_ms,
-    };
-    let checked = Checked::new(&state, name, rest)?;
-    let timing = checked.timing();
     let permits = match body.permits {
         Some(p) => p.within("permits", 1, MAX_PERMITS)?,
         None => 1,
     };
+    let rest = AcquireRequest {
+        holder: body.holder,
+        lease_ms: body.lease_ms,
+        wait_ms: body.wait_ms,
+        session: body.session,
+    };
+    let checked = Checked::new(&state, name, rest).await?;
+    let timing = checked.timing();
     let acquisition = SemAcquisition {
         semaphores: state.semaphores.clone(),
         deadline: checked.deadline(),
@@ -314,7 +336,7 @@ pub async fn acquire(
         permits,
         lease_ms: checked.lease_ms,
     };
-    longpoll::respond(&state, headers, timing, acquisition).await
+    sessions::respond(&state, headers, timing, checked.session, acquisition).await
 }
 
 impl HoldApi for Semaphores {

@@ -155,4 +155,11 @@ scripts! {
     LATCH_COUNT_DOWN => "latch_count_down" = ["latch_count_down"],
     LATCH_STATE => "latch_state" = ["latch_state"],
     LATCH_DELETE => "latch_delete" = ["latch_delete"],
+    // Sessions: every script starts from `session`.
+    SESSION_CREATE => "session_create" = ["session", "session_create"],
+    SESSION_HEARTBEAT => "session_heartbeat" = ["session", "session_heartbeat"],
+    SESSION_ATTACH => "session_attach" = ["session", "session_attach"],
+    SESSION_STATE => "session_state" = ["session", "session_state"],
+    SESSION_DETACH => "session_detach" = ["session", "session_detach"],
+    SESSION_DELETE => "session_delete" = ["session", "session_delete"],
 }

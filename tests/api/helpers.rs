@@ -274,6 +274,26 @@ pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Valu
     body
 }
 
+/// A store on the test Redis with the key prefix `t:`, for testing the
+/// primitives and their scripts below HTTP.
+pub async fn test_store(redis: &RedisServer) -> latchkey::store::Store {
+    let config = latchkey::store::StoreConfig {
+        mode: latchkey::config::RedisMode::Standalone,
+        urls: vec![redis.url()],
+        sentinel_master: String::new(),
+        prefix: "t:".into(),
+        pool_size: 2,
+        connect_timeout: Duration::from_millis(500),
+        response_timeout: Duration::from_millis(1000),
+        min_replicas: 0,
+        tls: Default::default(),
+    };
+    let metrics = latchkey::metrics::Metrics::new();
+    latchkey::store::Store::open(&config, metrics)
+        .await
+        .unwrap()
+}
+
 /// A connection to the test Redis as its default user (over TLS for a
 /// TLS server), for inspecting and tampering.
 pub async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {

@@ -18,6 +18,7 @@ mod redlock;
 mod rwlocks;
 mod scripts;
 mod semaphores;
+mod sessions;
 mod sharded;
 mod tls;
 mod topologies;

@@ -39,8 +39,9 @@ fn resource(path: &str) -> String {
 }
 
 /// What an operation id may say an operation does to its resource.
-const ACTIONS: [&str; 10] = [
+const ACTIONS: [&str; 11] = [
     "acquire",
+    "create",
     "heartbeat",
     "release",
     "get",
@@ -79,7 +80,7 @@ fn every_operation_has_a_unique_id_named_after_its_resource_and_action() {
             panic!("operationId {id:?} is used by {other} and by {method} {path}");
         }
     }
-    assert_eq!(seen.len(), 37, "{seen:#?}");
+    assert_eq!(seen.len(), 41, "{seen:#?}");
     assert_eq!(seen["acquire_lock"], "post /locks/{name}/acquire");
     assert_eq!(seen["acquire_fair_lock"], "post /fair-locks/{name}/acquire");
     assert_eq!(
@@ -175,7 +176,10 @@ fn slugs(doc: &Value, method: &str, path: &str, status: &str) -> BTreeSet<String
 #[test]
 fn each_primitive_documents_the_problems_it_sends() {
     let doc = document();
-    let expected: [(&str, &str, &str, &[&str]); 9] = [
+    let expected: [(&str, &str, &str, &[&str]); 12] = [
+        ("post", "/locks/{name}/acquire", "404", &["not-found"]),
+        ("post", "/multilocks/acquire", "404", &["not-found"]),
+        ("post", "/sessions/{id}/heartbeat", "404", &["not-held"]),
         (
             "delete",
             "/locks/{name}/holders/{holder}",
@@ -346,7 +350,7 @@ async fn every_operation_with_a_body_answers_and_documents_415() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 17, "operations with a body");
+    assert_eq!(checked, 19, "operations with a body");
 }
 
 /// What a client (or Schemathesis's stateful phase) does after a grant is
@@ -361,7 +365,7 @@ fn grants_and_creations_link_to_what_follows() {
         .into_iter()
         .map(|(_, _, o)| (o["operationId"].as_str().unwrap_or_default().to_string(), o))
         .collect();
-    let expected: [(&str, &str, &[&str]); 9] = [
+    let expected: [(&str, &str, &[&str]); 10] = [
         (
             "acquire_lock",
             "201",
@@ -408,6 +412,11 @@ fn grants_and_creations_link_to_what_follows() {
             ],
         ),
         ("acquire_multilock", "201", &[]),
+        (
+            "create_session",
+            "201",
+            &["heartbeat_session", "get_session", "delete_session"],
+        ),
     ];
     for (id, status, targets) in expected {
         let links = &by_id[id]["responses"][status]["links"];
@@ -433,10 +442,12 @@ fn grants_and_creations_link_to_what_follows() {
                 );
                 assert!(value.is_string(), "{id} → {link}");
             }
-            assert_eq!(
-                link["parameters"]["name"], "$request.path.name",
-                "{id} → {link}"
-            );
+            let by = if parameters.contains("name") {
+                ("name", "$request.path.name")
+            } else {
+                ("id", "$response.body#/session")
+            };
+            assert_eq!(link["parameters"][by.0], by.1, "{id} → {link}");
         }
     }
 }

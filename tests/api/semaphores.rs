@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use latchkey::coord::semaphores::Semaphores;
 use latchkey::coord::{Attempt, AttemptId};
-use latchkey::metrics::Metrics;
-use latchkey::store::{Store, StoreConfig};
 use redis::AsyncCommands;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -582,18 +580,7 @@ async fn a_departed_waiter_takes_nothing_and_keeps_its_holders_other_permits() {
 #[tokio::test]
 async fn an_undo_gives_back_exactly_its_attempts_permits() {
     let redis = redis();
-    let config = StoreConfig {
-        mode: latchkey::config::RedisMode::Standalone,
-        urls: vec![redis.url()],
-        sentinel_master: String::new(),
-        prefix: "t:".into(),
-        pool_size: 2,
-        connect_timeout: Duration::from_millis(500),
-        response_timeout: Duration::from_millis(1000),
-        min_replicas: 0,
-        tls: Default::default(),
-    };
-    let sems = Semaphores::new(Store::open(&config, Metrics::new()).await.unwrap(), 5000);
+    let sems = Semaphores::new(test_store(&redis).await, 5000);
     sems.set("s", 5).await.unwrap();
     let (first, second) = (AttemptId::new(), AttemptId::new());
     let grant = |a: Attempt<_>| match a {

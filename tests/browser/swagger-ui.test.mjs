@@ -240,6 +240,27 @@ flow('RedLock: acquire on a quorum, then release', async () => {
   assert.deepEqual(released.json, { released: true });
 });
 
+flow('sessions: create one, acquire a lock in it, heartbeat it, then delete it', async () => {
+  const created = await tryOut('post', '/sessions', { body: { ttl_ms: 30000 } });
+  expectAnswer(created, '/sessions', 201);
+  const { session } = created.json;
+  assert.match(session, /^[0-9a-f]{32}$/, 'a server-made id of 128 random bits');
+  assert.deepEqual(created.json, { session, ttl_ms: 30000, heartbeat_interval_ms: 10000, holds: 0 });
+  const name = `ui-session-${run}`;
+  const acquired = await tryOut('post', '/locks/{name}/acquire', { params: { name }, body: { session } });
+  expectAnswer(acquired, `/locks/${name}/acquire`, 201);
+  expectGrant(acquired.json, name);
+  const beat = await tryOut('post', '/sessions/{id}/heartbeat', { params: { id: session } });
+  expectAnswer(beat, `/sessions/${session}/heartbeat`, 200);
+  assert.deepEqual(beat.json, { session, ttl_ms: 30000, heartbeat_interval_ms: 10000, holds: 1 });
+  const deleted = await tryOut('delete', '/sessions/{id}', { params: { id: session } });
+  expectAnswer(deleted, `/sessions/${session}`, 200);
+  assert.deepEqual(deleted.json, { released: 1 });
+  const state = await tryOut('get', '/locks/{name}', { params: { name } });
+  expectAnswer(state, `/locks/${name}`, 200);
+  assert.equal(state.json.locked, false, 'released with its session');
+});
+
 flow('an error response shows its own example, and the page reached no other host', async () => {
   // The documented 404 of a release is `not-held`, not the 409 `lock-held`.
   // The block is open: the release flow above used it.

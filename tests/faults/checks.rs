@@ -351,6 +351,36 @@ mod planted {
         );
     }
 
+    /// A session's holds (one holder, several objects) are valid until
+    /// the TTL after the session's last full heartbeat: another holder
+    /// granted one of them before then is reported, after then is not.
+    #[test]
+    fn a_session_hold_overlapping_another_holders_is_reported() {
+        let in_session = |object: &str, mode: Mode, token: u64| Hold {
+            object: object.into(),
+            ..hold("f-sess-1", mode, token, 0.0, 5.0, 1000.0)
+        };
+        let session = [
+            in_session("x", Mode::Exclusive, 1),
+            in_session("s", Mode::Permits(1), 1),
+        ];
+        let after = |object: &str, mode: Mode, granted: f64| Hold {
+            object: object.into(),
+            ..hold("other", mode, 2, granted - 10.0, granted, granted + 500.0)
+        };
+        let mut clean = session.to_vec();
+        clean.push(after("x", Mode::Exclusive, 1100.0));
+        clean.push(after("s", Mode::Permits(1), 900.0));
+        assert_eq!(exclusive_holds(&clean), Vec::<String>::new());
+        assert_eq!(fencing_order(&clean), Vec::<String>::new());
+        assert_eq!(permits_within(&clean, 2), Vec::<String>::new());
+        let mut planted = session.to_vec();
+        planted.push(after("x", Mode::Exclusive, 900.0));
+        planted.push(after("s", Mode::Permits(2), 900.0));
+        assert_eq!(exclusive_holds(&planted).len(), 1);
+        assert_eq!(permits_within(&planted, 2).len(), 1);
+    }
+
     #[test]
     fn tokens_out_of_real_time_order_are_reported() {
         let clean = [

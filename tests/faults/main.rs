@@ -1,6 +1,7 @@
 //! Fault injection for every primitive: several latchkey instances on one
 //! real Redis (and three RedLock nodes), clients driving every primitive
-//! through a fenced resource, and a nemesis that kills and restarts
+//! through a fenced resource (some through a session, heartbeating only
+//! the session), and a nemesis that kills and restarts
 //! instances, kills Redis connections (`CLIENT KILL TYPE pubsub` and
 //! `TYPE normal`), freezes Redis (SIGSTOP/SIGCONT) and restarts it (AOF, so
 //! its data survives). The checkers (`checks.rs`, each proven on a planted
@@ -72,6 +73,20 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
             kinds,
             object.to_string(),
             permits,
+        )));
+    }
+    // Holds through sessions, heartbeating only the session, on objects
+    // the clients above use too.
+    for _ in 0..2 {
+        let plan = vec![
+            (Kind::Lock, "f-lock".to_string()),
+            (Kind::Semaphore, "f-sem".to_string()),
+            (Kind::Read, "f-rw".to_string()),
+        ];
+        tasks.push(tokio::spawn(workers::session_loop(
+            ctx.clone(),
+            Rng::new(rng.next()),
+            plan,
         )));
     }
     tasks.push(tokio::spawn(workers::permits_back_loop(
@@ -223,9 +238,14 @@ async fn judge(
     }
     let answered = record.calls.iter().filter(|c| c.status.is_some()).count();
     eprintln!(
-        "history: {} calls ({answered} answered), {} holds, {} fenced writes ({} rejected as stale), {} fair waiters, {} latch rounds, {} crashed-holder probes",
+        "history: {} calls ({answered} answered), {} holds ({} through sessions), {} fenced writes ({} rejected as stale), {} fair waiters, {} latch rounds, {} crashed-holder probes",
         record.calls.len(),
         record.holds.len(),
+        record
+            .holds
+            .iter()
+            .filter(|h| h.holder.starts_with("f-sess"))
+            .count(),
         record.writes.len(),
         record.writes.iter().filter(|w| !w.accepted).count(),
         record.fair.len(),

@@ -272,6 +272,13 @@ fn certain_ms(kind: &Kind, body: &Value, lease_ms: u64) -> f64 {
     }
 }
 
+/// What a hold's lease is: its own, or its session's.
+#[derive(Clone, Copy)]
+enum Lease<'a> {
+    Own(u64),
+    Session(&'a str),
+}
+
 /// Acquires (polling until granted, the run stops, or `polls` run out) and,
 /// for a fair lock, records the waiter's place. Returns the grant's answer.
 async fn acquire(
@@ -280,7 +287,7 @@ async fn acquire(
     kind: &Kind,
     object: &str,
     holder: &str,
-    lease_ms: u64,
+    lease: Lease<'_>,
     permits: u64,
 ) -> Option<Answer> {
     let fair = matches!(kind, Kind::FairLock);
@@ -302,7 +309,11 @@ async fn acquire(
             break;
         }
         let wait_ms = rng.range(200, 2000);
-        let mut body = json!({"holder": holder, "lease_ms": lease_ms, "wait_ms": wait_ms});
+        let mut body = json!({"holder": holder, "wait_ms": wait_ms});
+        match lease {
+            Lease::Own(lease_ms) => body["lease_ms"] = json!(lease_ms),
+            Lease::Session(id) => body["session"] = json!(id),
+        }
         match kind {
             Kind::Semaphore => body["permits"] = json!(permits),
             Kind::Multi(names) => body["names"] = json!(names),
@@ -338,6 +349,11 @@ async fn acquire(
                 // A short pause, well within the queue grace.
                 sleep_ms(rng.range(0, 50)).await;
             }
+            // No such object or session: polling again cannot help.
+            Some(404) => {
+                ctx.failed("acquire answered 404");
+                break;
+            }
             other => {
                 intact = false;
                 ctx.failed(&format!("acquire answered {other:?}"));
@@ -367,7 +383,8 @@ pub async fn hold_loop(
         let holder = ctx.holder(&object);
         let lease_ms = rng.range(600, 1500);
         let permits = rng.range(1, max_permits + 1);
-        let Some(grant) = acquire(&ctx, &mut rng, &kind, &object, &holder, lease_ms, permits).await
+        let lease = Lease::Own(lease_ms);
+        let Some(grant) = acquire(&ctx, &mut rng, &kind, &object, &holder, lease, permits).await
         else {
             continue;
         };
@@ -670,4 +687,125 @@ async fn retry(
     }
     ctx.failed(&format!("{method} {path} never succeeded"));
     None
+}
+
+/// Holds several objects through one session, heartbeating only the
+/// session: a lock, a semaphore permit and a read hold (objects the other
+/// clients use too), each through a random instance. Every hold is
+/// certainly valid until the TTL after the last session heartbeat that
+/// renewed all of them (or the DELETE, or the session's creation);
+/// sometimes the client pauses past the TTL, or vanishes without a
+/// DELETE. Records every hold for the same checkers as the others'.
+pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>) {
+    while !ctx.stopping() {
+        let ttl_ms = rng.range(600, 1500);
+        let created = ctx
+            .call(
+                &mut rng,
+                reqwest::Method::POST,
+                "/sessions",
+                Some(json!({"ttl_ms": ttl_ms})),
+                0,
+                None,
+            )
+            .await;
+        let Some(id) = created.body["session"].as_str().map(str::to_string) else {
+            ctx.failed(&format!("session create answered {:?}", created.status));
+            sleep_ms(rng.range(50, 300)).await;
+            continue;
+        };
+        // The session (and so each hold) is certainly valid for the TTL
+        // from the sending of its last renewal that kept every hold.
+        let mut valid_until = created.sent + ttl_ms as f64;
+        let holder = ctx.holder("f-sess");
+        let mut holds: Vec<(Kind, String, Answer)> = Vec::new();
+        let mut lost = false;
+        for (kind, object) in &plan {
+            if ctx.stopping() || lost {
+                break;
+            }
+            let lease = Lease::Session(&id);
+            if let Some(grant) = acquire(&ctx, &mut rng, kind, object, &holder, lease, 1).await {
+                holds.push((kind.clone(), object.clone(), grant));
+            }
+            // Acquires may wait long: keep the session (and what it holds).
+            lost = !session_beat(&ctx, &mut rng, &id, holds.len(), ttl_ms, &mut valid_until).await;
+        }
+        lost |= holds.is_empty();
+        let mut vanished = false;
+        for _ in 0..rng.range(1, 5) {
+            if ctx.stopping() || lost {
+                break;
+            }
+            let paused_past = rng.chance(8);
+            let pause = if paused_past {
+                ttl_ms + rng.range(100, 600)
+            } else {
+                rng.range(20, ttl_ms / 3)
+            };
+            sleep_ms(pause).await;
+            for (kind, object, grant) in &holds {
+                if kind.mode(1) == Mode::Exclusive {
+                    let token = grant.body["fencing_token"].as_u64().unwrap_or(0);
+                    ctx.write_fenced(object, &holder, token);
+                }
+            }
+            if rng.chance(5) {
+                vanished = true;
+                break;
+            }
+            lost = !session_beat(&ctx, &mut rng, &id, holds.len(), ttl_ms, &mut valid_until).await;
+        }
+        if !vanished {
+            let path = format!("/sessions/{id}");
+            let ended = ctx
+                .call(&mut rng, reqwest::Method::DELETE, &path, None, 0, None)
+                .await;
+            if ended.is(200) {
+                valid_until = valid_until.min(ended.sent);
+            } else if !ended.is(404) {
+                ctx.failed(&format!("session delete answered {:?}", ended.status));
+            }
+        }
+        let mut record = ctx.record.lock();
+        for (kind, object, grant) in holds {
+            record.holds.push(Hold {
+                object,
+                holder: holder.clone(),
+                mode: kind.mode(1),
+                token: grant.body["fencing_token"].as_u64().unwrap_or(0),
+                sent: grant.sent,
+                granted: grant.answered,
+                valid_until,
+            });
+        }
+    }
+}
+
+/// One session heartbeat: when it renewed all `holds` holds, they are
+/// certainly valid for `ttl_ms` from its sending. False when the session
+/// or one of its holds is lost.
+async fn session_beat(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    id: &str,
+    holds: usize,
+    ttl_ms: u64,
+    valid_until: &mut f64,
+) -> bool {
+    let path = format!("/sessions/{id}/heartbeat");
+    let beat = ctx
+        .call(rng, reqwest::Method::POST, &path, Some(json!({})), 0, None)
+        .await;
+    match beat.status {
+        Some(200) if beat.body["holds"].as_u64() == Some(holds as u64) => {
+            *valid_until = valid_until.max(beat.sent + ttl_ms as f64);
+            true
+        }
+        Some(200 | 404) => false,
+        other => {
+            ctx.failed(&format!("session heartbeat answered {other:?}"));
+            true
+        }
+    }
 }

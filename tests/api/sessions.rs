@@ -1,0 +1,784 @@
+//! Sessions (`/sessions`): holds of every primitive attached to one TTL,
+//! renewed by the session's heartbeat only, released all at once when it
+//! ends (deleted, or expired), with their waiters woken on every instance.
+
+use std::time::{Duration, Instant};
+
+use latchkey::config::RedisMode;
+use latchkey::devredis::{RedisCluster, RedisServer};
+use reqwest::{Method, Response};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
+
+use crate::helpers::*;
+
+/// Creates a session with this TTL on `app`; returns its id.
+async fn session(app: &TestApp, ttl_ms: u64) -> String {
+    let created = app.post("/sessions", json!({"ttl_ms": ttl_ms})).await;
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_string();
+    let body: Value = created.json().await.unwrap();
+    assert_eq!(body["ttl_ms"], ttl_ms);
+    assert_eq!(body["heartbeat_interval_ms"], ttl_ms / 3);
+    let id = body["session"].as_str().expect("an id").to_string();
+    assert_eq!(id.len(), 32, "128 random bits as hex: {id}");
+    assert_eq!(location, format!("/sessions/{id}"));
+    id
+}
+
+/// POSTs `body` to `path` and asserts 201; returns the grant.
+async fn granted(app: &TestApp, path: &str, body: Value) -> Value {
+    let response = app.post(path, body).await;
+    let status = response.status();
+    let grant: Value = response.json().await.unwrap();
+    assert_eq!(status, 201, "{path}: {grant}");
+    grant
+}
+
+async fn get(app: &TestApp, path: &str) -> (u16, Value) {
+    let response = app.client.get(app.url(path)).send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+async fn delete(app: &TestApp, path: &str) -> Response {
+    app.client.delete(app.url(path)).send().await.unwrap()
+}
+
+async fn configure_semaphore(app: &TestApp, name: &str, permits: u64) {
+    let response = app
+        .client
+        .put(app.url(&format!("/semaphores/{name}")))
+        .json(&json!({"permits": permits}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+/// Whether each of the session's objects is held (by anyone).
+async fn held(app: &TestApp) -> [bool; 5] {
+    let lock = get(app, "/locks/s-lock").await.1;
+    let rw = get(app, "/rwlocks/s-rw").await.1;
+    let sem = get(app, "/semaphores/s-sem").await.1;
+    let m1 = get(app, "/locks/s-m1").await.1;
+    let m2 = get(app, "/locks/s-m2").await.1;
+    [
+        lock["locked"] == true,
+        rw["mode"] == "read",
+        sem["available"] == 0,
+        m1["locked"] == true,
+        m2["locked"] == true,
+    ]
+}
+
+/// Takes a lock, a read lock, two semaphore permits and a multi-lock of
+/// two locks in `id`; returns the grants.
+async fn hold_everything(app: &TestApp, id: &str) -> Vec<Value> {
+    configure_semaphore(app, "s-sem", 2).await;
+    vec![
+        granted(
+            app,
+            "/locks/s-lock/acquire",
+            json!({"holder": "w", "session": id}),
+        )
+        .await,
+        granted(
+            app,
+            "/rwlocks/s-rw/read/acquire",
+            json!({"holder": "w", "session": id}),
+        )
+        .await,
+        granted(
+            app,
+            "/semaphores/s-sem/acquire",
+            json!({"holder": "w", "permits": 2, "session": id}),
+        )
+        .await,
+        granted(
+            app,
+            "/multilocks/acquire",
+            json!({"names": ["s-m1", "s-m2"], "holder": "w", "session": id}),
+        )
+        .await,
+    ]
+}
+
+/// One waiter on each of the session's objects, half on each instance;
+/// returns once every one of them waits.
+async fn waiters(a: &TestApp, b: &TestApp, wait_ms: u64) -> Vec<JoinHandle<Response>> {
+    let waiting = vec![
+        a.spawn_post(
+            "/locks/s-lock/acquire",
+            json!({"holder": "x", "wait_ms": wait_ms}),
+        ),
+        b.spawn_post(
+            "/rwlocks/s-rw/write/acquire",
+            json!({"holder": "x", "wait_ms": wait_ms}),
+        ),
+        a.spawn_post(
+            "/semaphores/s-sem/acquire",
+            json!({"holder": "x", "wait_ms": wait_ms}),
+        ),
+        b.spawn_post(
+            "/multilocks/acquire",
+            json!({"names": ["s-m1", "s-m2"], "holder": "x", "wait_ms": wait_ms}),
+        ),
+    ];
+    a.wait_for_waiters("s-lock", 1).await;
+    for (app, path) in [(b, "/rwlocks/s-rw"), (a, "/semaphores/s-sem")] {
+        let reached = eventually(Duration::from_secs(3), || async {
+            get(app, path).await.1["waiters"] == 1
+        })
+        .await;
+        assert!(reached, "a waiter on {path}");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(waiting.iter().all(|w| !w.is_finished()), "everyone waits");
+    waiting
+}
+
+/// The test: one session holds a lock, a read lock, two semaphore
+/// permits and a multi-lock; heartbeats of the session alone keep them all
+/// well past its TTL; when they stop, everything is free within the TTL
+/// plus the re-check bound, and waiters parked on two instances get it.
+#[tokio::test]
+async fn one_session_heartbeat_renews_every_hold_and_its_expiry_frees_them_all() {
+    let redis = redis();
+    let a = spawn_app(test_config(&redis)).await;
+    let b = spawn_app(test_config(&redis)).await;
+    let ttl_ms = 1500;
+    let id = session(&a, ttl_ms).await;
+    let grants = hold_everything(&a, &id).await;
+    for grant in &grants {
+        assert_eq!(grant["lease_ms"], ttl_ms, "{grant}");
+        assert!(
+            grant["expires_in_ms"].as_u64().unwrap() <= ttl_ms,
+            "{grant}"
+        );
+    }
+    let (status, state) = get(&b, &format!("/sessions/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(state["holds"], 5, "{state}");
+    assert_eq!(state["ttl_ms"], ttl_ms);
+
+    // Three TTLs of session heartbeats, through either instance: no hold
+    // is renewed by itself, and every one is kept.
+    let started = Instant::now();
+    let mut last_beat = Instant::now();
+    let mut turn = 0;
+    while started.elapsed() < Duration::from_millis(3 * ttl_ms) {
+        tokio::time::sleep(Duration::from_millis(ttl_ms / 3)).await;
+        let app = if turn % 2 == 0 { &a } else { &b };
+        turn += 1;
+        last_beat = Instant::now();
+        let beat = app
+            .post(&format!("/sessions/{id}/heartbeat"), json!({}))
+            .await;
+        assert_eq!(beat.status(), 200);
+        let beat: Value = beat.json().await.unwrap();
+        assert_eq!(beat["session"], id.as_str());
+        assert_eq!(beat["ttl_ms"], ttl_ms);
+        assert_eq!(beat["holds"], 5, "every hold renewed: {beat}");
+    }
+    assert_eq!(
+        held(&b).await,
+        [true; 5],
+        "every hold outlived its own lease"
+    );
+    let lock = get(&a, "/locks/s-lock").await.1;
+    assert!(lock["ttl_ms"].as_u64().unwrap() > 0, "{lock}");
+
+    // Heartbeats stop; waiters park on both instances.
+    let waiting = waiters(&a, &b, 10_000).await;
+    for waiter in waiting {
+        let response = waiter.await.unwrap();
+        assert_eq!(response.status(), 201, "a waiter got its hold");
+    }
+    let freed = last_beat.elapsed();
+    // The TTL from the last heartbeat, the re-check bound (waiters look
+    // again when what blocks them ends) and slack for a busy machine.
+    assert!(
+        freed < Duration::from_millis(ttl_ms + 1000),
+        "freed {freed:?} after the last heartbeat (TTL {ttl_ms} ms)"
+    );
+    let (status, gone) = get(&a, &format!("/sessions/{id}")).await;
+    assert_eq!(status, 404, "{gone}");
+}
+
+/// DELETE of a session releases every hold at once (each with all its
+/// reentrant holds) and wakes the waiters on both instances.
+#[tokio::test]
+async fn deleting_a_session_releases_everything_at_once_and_wakes_waiters() {
+    let redis = redis();
+    let a = spawn_app(test_config(&redis)).await;
+    let b = spawn_app(test_config(&redis)).await;
+    let id = session(&a, 30_000).await;
+    hold_everything(&a, &id).await;
+    // Re-entered in the session: still one hold, released whole.
+    let again = granted(
+        &b,
+        "/locks/s-lock/acquire",
+        json!({"holder": "w", "session": id}),
+    )
+    .await;
+    assert_eq!(again["hold_count"], 2);
+    let waiting = waiters(&a, &b, 20_000).await;
+    let deleting = Instant::now();
+    let deleted = delete(&b, &format!("/sessions/{id}")).await;
+    assert_eq!(deleted.status(), 200);
+    let deleted: Value = deleted.json().await.unwrap();
+    assert_eq!(deleted, json!({"released": 5}));
+    for waiter in waiting {
+        assert_eq!(waiter.await.unwrap().status(), 201);
+    }
+    assert!(
+        deleting.elapsed() < Duration::from_secs(2),
+        "woken {:?} after the DELETE (the holds' leases were 30 s)",
+        deleting.elapsed()
+    );
+    assert_problem(
+        delete(&a, &format!("/sessions/{id}")).await,
+        404,
+        "not-found",
+    )
+    .await;
+}
+
+/// A session hold keeps its holder id and fencing token: its holder can
+/// renew and release it directly, and the session forgets a hold released
+/// that way at its next heartbeat.
+#[tokio::test]
+async fn a_session_hold_is_still_its_holders_and_released_holds_are_forgotten() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let before = app.must_acquire("h-lock", json!({"holder": "o"})).await;
+    app.release("h-lock", "o").await;
+    let id = session(&app, 30_000).await;
+    let grant = granted(
+        &app,
+        "/locks/h-lock/acquire",
+        json!({"holder": "w", "session": id}),
+    )
+    .await;
+    assert_eq!(grant["holder"], "w");
+    assert_eq!(
+        grant["fencing_token"].as_u64().unwrap(),
+        before["fencing_token"].as_u64().unwrap() + 1
+    );
+    granted(
+        &app,
+        "/fair-locks/h-fair/acquire",
+        json!({"holder": "w", "session": id}),
+    )
+    .await;
+    let beat = app.heartbeat("h-lock", "w", json!({})).await;
+    assert_eq!(beat.status(), 200, "the holder renews it itself too");
+    assert_eq!(app.release("h-lock", "w").await.status(), 200);
+    let path = format!("/sessions/{id}");
+    assert_eq!(
+        get(&app, &path).await.1["holds"],
+        2,
+        "counted until a heartbeat"
+    );
+    let beat = app.post(&format!("{path}/heartbeat"), json!({})).await;
+    assert_eq!(beat.json::<Value>().await.unwrap()["holds"], 1);
+    assert_eq!(get(&app, &path).await.1["holds"], 1);
+    let deleted: Value = delete(&app, &path).await.json().await.unwrap();
+    assert_eq!(deleted, json!({"released": 1}));
+    assert_eq!(get(&app, "/fair-locks/h-fair").await.1["locked"], false);
+}
+
+/// A session that does not exist (never created, deleted, or expired) is
+/// 404 everywhere: on an acquire of every kind (nothing acquired), a
+/// heartbeat (`not-held`), a read and a DELETE.
+#[tokio::test]
+async fn an_unknown_or_expired_session_is_404_everywhere() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    configure_semaphore(&app, "u-sem", 1).await;
+    let expired = session(&app, 500).await;
+    // A hold in the short session, renewed by nothing.
+    granted(
+        &app,
+        "/locks/u-held/acquire",
+        json!({"holder": "w", "session": expired}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(app.state("u-held").await["locked"], false, "ended with it");
+    for id in ["0123456789abcdef0123456789abcdef", expired.as_str()] {
+        for (path, body) in [
+            ("/locks/u-lock/acquire", json!({"session": id})),
+            ("/fair-locks/u-lock/acquire", json!({"session": id})),
+            ("/rwlocks/u-rw/read/acquire", json!({"session": id})),
+            ("/rwlocks/u-rw/write/acquire", json!({"session": id})),
+            ("/semaphores/u-sem/acquire", json!({"session": id})),
+            (
+                "/multilocks/acquire",
+                json!({"names": ["u-m1"], "session": id}),
+            ),
+        ] {
+            let problem = assert_problem(app.post(path, body).await, 404, "not-found").await;
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("no such session"),
+                "{path}: {problem}"
+            );
+            assert!(!problem.to_string().contains(id), "{problem}");
+        }
+        let path = format!("/sessions/{id}");
+        let beat = app.post(&format!("{path}/heartbeat"), json!({})).await;
+        assert_problem(beat, 404, "not-held").await;
+        assert_problem(
+            app.client.get(app.url(&path)).send().await.unwrap(),
+            404,
+            "not-found",
+        )
+        .await;
+        assert_problem(delete(&app, &path).await, 404, "not-found").await;
+    }
+    assert_eq!(app.state("u-lock").await["locked"], false);
+    assert_eq!(get(&app, "/semaphores/u-sem").await.1["available"], 1);
+}
+
+/// Bad input is 400 with a clear problem: a lease and a session together,
+/// a malformed session id, a TTL out of range.
+#[tokio::test]
+async fn bad_session_input_is_refused_with_400() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let id = session(&app, 30_000).await;
+    let both = app
+        .acquire("b-lock", json!({"session": id, "lease_ms": 5000}))
+        .await;
+    let problem = assert_problem(both, 400, "invalid-body").await;
+    assert!(problem["detail"].as_str().unwrap().contains("not both"));
+    let both = app
+        .post(
+            "/semaphores/b-sem/acquire",
+            json!({"session": id, "lease_ms": 5000}),
+        )
+        .await;
+    assert_problem(both, 400, "invalid-body").await;
+    let malformed = app.acquire("b-lock", json!({"session": "a/b"})).await;
+    assert_problem(malformed, 400, "invalid-body").await;
+    let path = app.post("/sessions/a%20b/heartbeat", json!({})).await;
+    assert_problem(path, 400, "invalid-name").await;
+    for ttl in [json!(10), json!(86_400_001)] {
+        let problem = assert_problem(
+            app.post("/sessions", json!({"ttl_ms": ttl})).await,
+            400,
+            "out-of-range",
+        )
+        .await;
+        assert_eq!(problem["field"], "ttl_ms");
+        assert_eq!(
+            (problem["minimum"].clone(), problem["maximum"].clone()),
+            (json!(500), json!(86_400_000))
+        );
+    }
+    let beat = app
+        .post(&format!("/sessions/{id}/heartbeat"), json!({"ttl_ms": 1}))
+        .await;
+    assert_problem(beat, 400, "out-of-range").await;
+    let unknown = app.post("/sessions", json!({"ttl": 1000})).await;
+    assert_problem(unknown, 400, "invalid-body").await;
+    // Nothing was taken by the refused requests.
+    assert_eq!(app.state("b-lock").await["locked"], false);
+    assert_eq!(get(&app, &format!("/sessions/{id}")).await.1["holds"], 0);
+    // A heartbeat with a new TTL makes it the session's.
+    let beat = app
+        .post(
+            &format!("/sessions/{id}/heartbeat"),
+            json!({"ttl_ms": 9000}),
+        )
+        .await;
+    let beat: Value = beat.json().await.unwrap();
+    assert_eq!(
+        (
+            beat["ttl_ms"].clone(),
+            beat["heartbeat_interval_ms"].clone()
+        ),
+        (json!(9000), json!(3000))
+    );
+}
+
+fn entry(namespace: &str, key: &str) -> String {
+    let hash: String = Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{namespace}:client:{hash}")
+}
+
+async fn keyed(app: &TestApp, key: &str, method: Method, path: &str, body: Value) -> Response {
+    app.client
+        .request(method, app.url(path))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A session lives in its key's namespace: another namespace can neither
+/// acquire in it, renew, read nor end it (404, as for no session at all).
+#[tokio::test]
+async fn a_session_of_one_namespace_is_unknown_in_another() {
+    let redis = redis();
+    let (team_a, team_b) = ("session-key-of-team-a-0123", "session-key-of-team-b-0123");
+    let app = spawn_app(Config {
+        api_keys: vec![entry("team-a", team_a), entry("team-b", team_b)],
+        ..test_config(&redis)
+    })
+    .await;
+    let created = keyed(&app, team_a, Method::POST, "/sessions", json!({})).await;
+    assert_eq!(created.status(), 201, "a client key creates sessions");
+    let id = created.json::<Value>().await.unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let acquire = json!({"holder": "w", "session": id});
+    let path = format!("/sessions/{id}");
+    let theirs = keyed(
+        &app,
+        team_b,
+        Method::POST,
+        "/locks/n/acquire",
+        acquire.clone(),
+    )
+    .await;
+    assert_problem(theirs, 404, "not-found").await;
+    let beat = format!("{path}/heartbeat");
+    let theirs = keyed(&app, team_b, Method::POST, &beat, json!({})).await;
+    assert_problem(theirs, 404, "not-held").await;
+    for method in [Method::GET, Method::DELETE] {
+        let theirs = keyed(&app, team_b, method, &path, json!({})).await;
+        assert_problem(theirs, 404, "not-found").await;
+    }
+    let ours = keyed(&app, team_a, Method::POST, "/locks/n/acquire", acquire).await;
+    assert_eq!(ours.status(), 201);
+    // Team B's lock of the same name is another object, free.
+    let theirs = keyed(&app, team_b, Method::GET, "/locks/n", json!({})).await;
+    assert_eq!(theirs.json::<Value>().await.unwrap()["locked"], false);
+    let ended = keyed(&app, team_a, Method::DELETE, &path, json!({})).await;
+    assert_eq!(ended.json::<Value>().await.unwrap(), json!({"released": 1}));
+}
+
+/// A RedLock and a fair lock in a session: renewed by its heartbeats
+/// (on every RedLock node), released by its DELETE.
+#[tokio::test]
+async fn redlocks_and_fair_locks_live_as_long_as_their_session() {
+    let main = redis();
+    let nodes: Vec<RedisServer> = (0..3).map(|_| redis()).collect();
+    let app = spawn_app(Config {
+        redlock_nodes: nodes.iter().map(RedisServer::url).collect(),
+        ..test_config(&main)
+    })
+    .await;
+    let ttl_ms = 1200;
+    let id = session(&app, ttl_ms).await;
+    let red = granted(
+        &app,
+        "/redlocks/r-red/acquire",
+        json!({"holder": "w", "session": id}),
+    )
+    .await;
+    assert_eq!(red["nodes"]["acquired"], 3, "{red}");
+    assert!(red["expires_in_ms"].as_u64().unwrap() <= ttl_ms, "{red}");
+    granted(
+        &app,
+        "/fair-locks/r-fair/acquire",
+        json!({"holder": "w", "session": id}),
+    )
+    .await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(ttl_ms / 3)).await;
+        let beat = app
+            .post(&format!("/sessions/{id}/heartbeat"), json!({}))
+            .await;
+        assert_eq!(beat.status(), 200);
+    }
+    let red = get(&app, "/redlocks/r-red").await.1;
+    assert_eq!(red["locked_on"], 3, "renewed on every node: {red}");
+    assert_eq!(get(&app, "/fair-locks/r-fair").await.1["locked"], true);
+    let waiter = app.spawn_post(
+        "/redlocks/r-red/acquire",
+        json!({"holder": "x", "wait_ms": 10_000}),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deleted: Value = delete(&app, &format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(deleted, json!({"released": 2}));
+    assert_eq!(waiter.await.unwrap().status(), 201);
+    assert_eq!(get(&app, "/fair-locks/r-fair").await.1["locked"], false);
+}
+
+/// The session id is a capability: the real binary never logs it at info
+/// level, and no state read or metric shows it.
+#[tokio::test]
+async fn a_session_id_is_never_logged_or_shown_in_state_reads() {
+    use std::io::Read;
+    let redis = redis();
+    let (mut child, port) = start_binary(&redis.url(), &[]);
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let ready = client.get(format!("{base}/readyz")).send().await;
+            ready.is_ok_and(|r| r.status() == 200)
+        })
+        .await
+    );
+    let post = |path: &str, body: Value| client.post(format!("{base}{path}")).json(&body).send();
+    let created: Value = post("/sessions", json!({}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["session"].as_str().unwrap().to_string();
+    let in_session = json!({"holder": "w", "session": id});
+    assert_eq!(
+        post("/locks/l-lock/acquire", in_session)
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+    post(&format!("/sessions/{id}/heartbeat"), json!({}))
+        .await
+        .unwrap();
+    let mut shown = Vec::new();
+    for path in ["/locks/l-lock", &format!("/sessions/{id}"), "/metrics"] {
+        let text = client.get(format!("{base}{path}")).send().await.unwrap();
+        shown.push(text.text().await.unwrap());
+    }
+    assert!(shown[1].contains(&id), "its creator reads it back");
+    for text in [&shown[0], &shown[2]] {
+        assert!(!text.contains(&id), "{text}");
+    }
+    // An acquire with a bogus id, and the DELETE.
+    post("/locks/l-other/acquire", json!({"session": "ffff0000"}))
+        .await
+        .unwrap();
+    client
+        .delete(format!("{base}/sessions/{id}"))
+        .send()
+        .await
+        .unwrap();
+    child.kill().unwrap();
+    let mut log = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(log.contains("latchkey listening"), "{log}");
+    assert!(!log.contains(&id), "the session id in the log:\n{log}");
+    assert!(!log.contains("ffff0000"), "{log}");
+}
+
+/// On a Redis Cluster a session's holds live in several slots (on
+/// different masters); one heartbeat renews them all and DELETE releases
+/// them all.
+#[tokio::test]
+async fn on_a_cluster_a_sessions_holds_on_several_slots_renew_and_release() {
+    let cluster = RedisCluster::start(3).expect("cluster starts");
+    let app = spawn_app(Config {
+        redis_mode: RedisMode::Cluster,
+        ..test_config_for(cluster.urls())
+    })
+    .await;
+    let ttl_ms = 1500;
+    let id = session(&app, ttl_ms).await;
+    let names: Vec<String> = (0..6).map(|i| format!("c-{i}")).collect();
+    for name in &names[..4] {
+        granted(
+            &app,
+            &format!("/locks/{name}/acquire"),
+            json!({"holder": "w", "session": id}),
+        )
+        .await;
+    }
+    granted(
+        &app,
+        "/multilocks/acquire",
+        json!({"names": &names[4..], "holder": "w", "session": id}),
+    )
+    .await;
+    configure_semaphore(&app, "c-sem", 1).await;
+    granted(
+        &app,
+        "/semaphores/c-sem/acquire",
+        json!({"holder": "w", "session": id}),
+    )
+    .await;
+    for _ in 0..9 {
+        tokio::time::sleep(Duration::from_millis(ttl_ms / 3)).await;
+        let beat = app
+            .post(&format!("/sessions/{id}/heartbeat"), json!({}))
+            .await;
+        assert_eq!(beat.status(), 200);
+    }
+    for name in &names {
+        assert_eq!(app.state(name).await["locked"], true, "{name}");
+    }
+    assert_eq!(get(&app, &format!("/sessions/{id}")).await.1["holds"], 7);
+    let deleted: Value = delete(&app, &format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(deleted, json!({"released": 7}));
+    for name in &names {
+        assert_eq!(app.state(name).await["locked"], false, "{name}");
+    }
+    assert_eq!(get(&app, "/semaphores/c-sem").await.1["available"], 1);
+}
+
+/// A session that ends while an acquire in it waits: the acquire is
+/// answered 404 once it could be granted, and nothing is left held. A
+/// stream (SSE) acquire in a live session gets its hold attached.
+#[tokio::test]
+async fn an_acquire_whose_session_ends_while_it_waits_takes_nothing() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let id = session(&app, 30_000).await;
+    let waiter = app
+        .held_with_waiter("e-lock", ("other", 30_000), ("w", 10_000))
+        .await;
+    // The waiter above waits without a session; this one waits in it.
+    let in_session = app.spawn_post(
+        "/locks/e-lock/acquire",
+        json!({"holder": "s", "session": id, "wait_ms": 10_000}),
+    );
+    app.wait_for_waiters("e-lock", 2).await;
+    let deleted: Value = delete(&app, &format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(deleted, json!({"released": 0}));
+    assert_eq!(app.release("e-lock", "other").await.status(), 200);
+    // Whichever of the two gets it first: the plain waiter ends with it,
+    // the one in the ended session with 404 and nothing held.
+    let plain = waiter.await.unwrap();
+    assert_eq!(plain.status(), 201);
+    assert_eq!(app.release("e-lock", "w").await.status(), 200);
+    assert_problem(in_session.await.unwrap(), 404, "not-found").await;
+    assert_eq!(app.state("e-lock").await["locked"], false);
+
+    // SSE: the `acquired` event expires with the session.
+    let id = session(&app, 30_000).await;
+    app.must_acquire("e-lock", json!({"holder": "other", "lease_ms": 1000}))
+        .await;
+    let stream = app
+        .client
+        .post(app.url("/locks/e-lock/acquire"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"holder": "s", "session": id, "wait_ms": 5000}))
+        .send()
+        .await
+        .unwrap();
+    let events = read_sse(stream).await;
+    let (name, grant) = events.last().unwrap();
+    assert_eq!(name, "acquired", "{events:?}");
+    assert!(
+        grant["expires_in_ms"].as_u64().unwrap() <= 30_000,
+        "{grant}"
+    );
+    assert_eq!(get(&app, &format!("/sessions/{id}")).await.1["holds"], 1);
+}
+
+/// The session scripts below HTTP: a session is one hash whose TTL is the
+/// session's; attaching a hold sets the hold's own lease to the session's
+/// remaining TTL, a heartbeat renews both, and a hold gone is forgotten.
+#[tokio::test]
+async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
+    use latchkey::coord::AttemptId;
+    use latchkey::coord::locks::{LockKind, Locks};
+    use latchkey::coord::rwlocks::RwLocks;
+    use latchkey::coord::semaphores::Semaphores;
+    use latchkey::coord::sessions::{Hold, HoldKind, Sessions};
+    use redis::AsyncCommands;
+
+    let redis = redis();
+    let store = test_store(&redis).await;
+    let locks = Locks::new(store.clone(), LockKind::Plain);
+    let sessions = Sessions::new(
+        store.clone(),
+        (
+            locks.clone(),
+            Locks::new(store.clone(), LockKind::Fair { grace_ms: 1000 }),
+        ),
+        RwLocks::new(store.clone(), 1000),
+        Semaphores::new(store.clone(), 1000),
+        None,
+    );
+    let mut conn = redis_conn(&redis).await;
+    assert!(sessions.create("s1", 10_000).await.unwrap());
+    assert!(
+        !sessions.create("s1", 10_000).await.unwrap(),
+        "ids are unique"
+    );
+    let pttl: i64 = conn.pttl("t:{s1}:session").await.unwrap();
+    assert!(pttl > 9_900 && pttl <= 10_000, "{pttl}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    locks
+        .try_acquire("k", "h", 10_000, 0, &AttemptId::new())
+        .await
+        .unwrap();
+    let hold = Hold {
+        kind: HoldKind::Lock,
+        name: "k".into(),
+        holder: "h".into(),
+    };
+    let expires = sessions.attach("s1", std::slice::from_ref(&hold)).await;
+    let expires = expires.unwrap().expect("the session exists");
+    let session: i64 = conn.pttl("t:{s1}:session").await.unwrap();
+    let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(
+        expires <= 9_750,
+        "the remaining TTL, not the TTL: {expires}"
+    );
+    assert!(
+        (lock - session).abs() < 50,
+        "lock {lock} ms, session {session} ms"
+    );
+    let fields: Vec<String> = conn.hkeys("t:{s1}:session").await.unwrap();
+    assert!(fields.contains(&"lock|h|k".to_string()), "{fields:?}");
+
+    let renewed = sessions
+        .heartbeat("s1", Some(20_000))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((renewed.ttl_ms, renewed.holds), (20_000, 1));
+    let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(lock > 19_900, "renewed with the session: {lock}");
+    let state = sessions.state("s1").await.unwrap().unwrap();
+    assert_eq!((state.ttl_ms, state.holds), (20_000, 1));
+
+    assert!(locks.release("k", "h", false).await.unwrap().is_some());
+    let renewed = sessions.heartbeat("s1", None).await.unwrap().unwrap();
+    assert_eq!((renewed.ttl_ms, renewed.holds), (20_000, 0), "forgotten");
+    let fields: Vec<String> = conn.hkeys("t:{s1}:session").await.unwrap();
+    assert_eq!(fields.len(), 2, "ttl and version only: {fields:?}");
+
+    assert_eq!(sessions.delete("s1").await.unwrap(), Some(0));
+    assert_eq!(sessions.attach("s1", &[hold]).await.unwrap(), None);
+    assert_eq!(sessions.heartbeat("s1", None).await.unwrap(), None);
+    assert_eq!(sessions.delete("s1").await.unwrap(), None);
+    let exists: bool = conn.exists("t:{s1}:session").await.unwrap();
+    assert!(!exists);
+}
