@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::coord::latches::Latches;
 use crate::coord::locks::{LockKind, Locks};
 use crate::coord::multilocks::MultiLocks;
+use crate::coord::ratelimiters::RateLimiters;
 use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
@@ -81,6 +82,7 @@ impl Application {
             semaphores: Semaphores::new(store.clone(), grace_ms),
             redlocks,
             latches: Latches::new(store.clone()),
+            rate_limiters: RateLimiters::new(store.clone()),
             store,
             engine,
             metrics,

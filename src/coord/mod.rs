@@ -11,6 +11,7 @@
 pub mod latches;
 pub mod locks;
 pub mod multilocks;
+pub mod ratelimiters;
 pub mod redlock;
 pub mod rwlocks;
 pub mod semaphores;
@@ -151,6 +152,9 @@ pub enum Refusal {
     /// The request asks for more than the object has (`permits` of a
     /// semaphore that has only this many).
     MoreThan(u64),
+    /// The request asks for more than the object ever admits at once
+    /// (`permits` beyond a rate limiter's burst).
+    OverBurst(u64),
 }
 
 /// How one object's keys are named and what its scripts get first: the

@@ -128,6 +128,14 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// Whether waiting may still grant what the try found `blocked`. A
+    /// primitive that knows the grant would come only after the request's
+    /// wait (a rate limiter's permits) says no, and the request is
+    /// answered "not acquired" at once. Yes by default.
+    fn may_wait(&self, _blocked: &Blocked) -> bool {
+        true
+    }
+
     /// The "not acquired" problem for this blocker (e.g. 409 `lock-held`,
     /// the default).
     fn blocked(&self, blocked: Blocked) -> ApiError {
@@ -228,7 +236,7 @@ pub async fn respond<A: Acquisition>(
             return Err(e.into());
         }
     };
-    if wait_ms == 0 || Instant::now() >= deadline {
+    if wait_ms == 0 || Instant::now() >= deadline || !acquisition.may_wait(&blocked) {
         metrics.acquisition(primitive, "busy");
         let answer = acquisition.not_granted(blocked);
         if sse {
@@ -405,7 +413,7 @@ impl<A: Acquisition> Drop for UndoGuard<'_, A> {
 /// Undoes `attempt` in the background, retrying transient failures with
 /// capped backoff for [`GIVE_BACK_FOR`]. If it never succeeds, the grant
 /// (if there was one) ends with its lease; that is logged, without ids.
-fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
+pub(crate) fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
     tokio::spawn(async move {
         let until = Instant::now() + GIVE_BACK_FOR;
         let mut delay = Duration::from_millis(100);

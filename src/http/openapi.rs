@@ -48,6 +48,14 @@ use crate::error::Problem;
             answer; 503 `redlock-not-configured` on every route when no nodes are configured. \
             Read the README's guarantees before relying on it: a plain lock with fencing tokens \
             is often the better choice."),
+        (name = "rate-limiters", description = "Rate limiters (Redisson RRateLimiter): `rate` \
+            permits per `per_ms`, at most `burst` at once, by GCRA on Redis's clock: over any \
+            window of length t, at most `burst + rate × t / per_ms` permits are admitted, and a \
+            limiter is a few fields in Redis whatever its rate. Configure with PUT first. A \
+            request that may wait reserves its permits at once and is answered at the exact \
+            time they are due (no polling), so waiters are admitted in arrival order and a large \
+            request is never starved by small ones. Acquires honour an `Idempotency-Key` \
+            header."),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(Problem)),
@@ -192,7 +200,7 @@ fn add_security(doc: &mut serde_json::Value) {
             "scheme": "bearer",
             "description": "An API key (`Authorization: Bearer <key>`), configured on the server \
                 as its SHA-256 with a namespace and a role (`client`, or `admin` for force \
-                unlock and configuring or deleting semaphores and latches). A server with no \
+                unlock and configuring or deleting semaphores, latches and rate limiters). A server with no \
                 key configured is open and serves this document without the requirement."
         }
     });

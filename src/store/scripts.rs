@@ -156,4 +156,10 @@ scripts! {
     LATCH_COUNT_DOWN => "latch_count_down" = ["idempotency", "latch_count_down"],
     LATCH_STATE => "latch_state" = ["latch_state"],
     LATCH_DELETE => "latch_delete" = ["latch_delete"],
+    // Rate limiters: every script but the delete starts from `rl`.
+    RL_SET => "rl_set" = ["rl", "rl_set"],
+    RL_ACQUIRE => "rl_acquire" = ["idempotency", "rl", "rl_acquire"],
+    RL_STATE => "rl_state" = ["rl", "rl_state"],
+    RL_GIVE_BACK => "rl_give_back" = ["rl", "rl_give_back"],
+    RL_DELETE => "rl_delete" = ["rl_delete"],
 }
