@@ -42,8 +42,10 @@ pub const MAX_PER_MS: u64 = 3_600_000;
 
 /// How much longer than `wait_ms` a request with a reservation may stay
 /// open: its permits are due within `wait_ms` by Redis's clock, and being
-/// there to take them costs a timer tick and a Redis round trip more.
-const SLOT_GRACE_MS: u64 = 1000;
+/// there to take them costs a timer tick and a Redis round trip more (a
+/// few ms; a stalled Redis is what makes it run out, and then the request
+/// ends like any wait, its reservation given back).
+const SLOT_GRACE_MS: u64 = 100;
 
 /// Body of a configuration. `rate` and `per_ms` are required.
 #[derive(Debug, Default, Deserialize, ToSchema)]
