@@ -469,7 +469,7 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":250}\n\neve
             description = "Makes retries safe: the same key on the same limiter within 10 minutes \
                 counts once and gets what the first request got (admitted, or the same \
                 reservation, whose time a retry waits for). 1-255 visible ASCII characters, e.g. a \
-                UUID. An acquire that found no limiter, or asked for more than its burst, is not \
+                UUID. An acquire that was refused (404, 400 beyond the burst, 429) is not \
                 remembered; a retry after the limiter was deleted is 404.",
             example = "0b6f0d3c-5c2e-4a57-9d43-3b1b7f7a2e10",
             pattern = "^[!-~]{1,255}$"),
