@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::coord::latches::Latches;
 use crate::coord::locks::{LockKind, Locks};
 use crate::coord::multilocks::MultiLocks;
+use crate::coord::ratelimiters::RateLimiters;
 use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
@@ -93,6 +94,7 @@ impl Application {
             redlocks,
             sessions,
             latches: Latches::new(store.clone()),
+            rate_limiters: RateLimiters::new(store.clone()),
             store,
             engine,
             metrics,

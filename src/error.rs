@@ -140,7 +140,7 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub position: Option<u64>,
-    /// On `no-permits`: permits available right now.
+    /// On `no-permits` and `rate-limited`: permits available right now.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub available: Option<u64>,
@@ -460,6 +460,12 @@ impl From<WaitError> for ApiError {
             ))
             .with_field("permits")
             .with_range(1, permits),
+            WaitError::Refused(Refusal::OverBurst(burst)) => ApiError::out_of_range(format!(
+                "permits must be at most the rate limiter's burst of {burst}; a request for \
+                 more could never be admitted"
+            ))
+            .with_field("permits")
+            .with_range(1, burst),
         }
     }
 }

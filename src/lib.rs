@@ -13,14 +13,15 @@
 //! - [`state`]: [`state::AppState`], the handles every request handler shares.
 //! - [`error`]: the one error type, rendered as `application/problem+json`.
 //! - [`http`]: one module per resource (`locks`, `fair_locks`, `rwlocks`,
-//!   `semaphores`, `latches`, `multilocks`, `redlocks`, `sessions`,
-//!   `health`), what the lock-like resources share (`lock_family`), the
-//!   route list and its layers, the OpenAPI document, extractors, and the
-//!   long-poll/SSE adapter.
+//!   `semaphores`, `latches`, `ratelimiters`, `multilocks`, `redlocks`,
+//!   `sessions`, `health`), what the lock-like resources share
+//!   (`lock_family`), the route list and its layers, the OpenAPI document,
+//!   extractors, and the long-poll/SSE adapter.
 //! - [`coord`]: the primitives as plain Rust APIs over the store (locks of
-//!   both kinds, read-write locks, semaphores, count-down latches,
-//!   multi-locks, RedLock over independent nodes, sessions that holds of
-//!   all of them attach to) and the key layout the lock-like ones share.
+//!   both kinds, read-write locks, semaphores, count-down latches, GCRA
+//!   rate limiters, multi-locks, RedLock over independent nodes, sessions
+//!   that holds of all of them attach to), the key layout the lock-like
+//!   ones share, and idempotency records.
 //! - [`store`]: the only code that talks to Redis — connections, Lua scripts, pub/sub hub.
 //! - [`wait`]: the one blocking-wait engine every primitive uses (a local
 //!   relay for interchangeable waiters, each waiter on its own ticket of

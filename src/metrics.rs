@@ -31,7 +31,7 @@ pub struct MetricsInner {
     /// Time to the response head, by method and route (long-polls included).
     pub http_duration: HistogramVec,
     /// Acquisition attempts answered, by primitive (`lock`, `fair_lock`,
-    /// `rwlock`, `semaphore`, `multilock`, `redlock`) and outcome (`acquired`, `busy` (not granted, without
+    /// `rwlock`, `semaphore`, `multilock`, `redlock`, `rate_limiter`) and outcome (`acquired`, `busy` (not granted, without
     /// waiting), `timeout`, `error`, `abandoned` (the client left while
     /// waiting), `refused` (e.g. `upgrade-would-deadlock`)). Latch waits
     /// (`/latches/{name}/wait`) count here too, as primitive `latch`, with

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::coord::latches::Latches;
 use crate::coord::locks::Locks;
 use crate::coord::multilocks::MultiLocks;
+use crate::coord::ratelimiters::RateLimiters;
 use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
@@ -69,6 +70,8 @@ pub struct Shared {
     pub sessions: Sessions,
     /// Count-down latches (`/latches`).
     pub latches: Latches,
+    /// GCRA rate limiters (`/rate-limiters`).
+    pub rate_limiters: RateLimiters,
     /// The configured API keys (none: the service is open).
     pub keys: Keys,
     /// The service's Prometheus registry.

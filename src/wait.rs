@@ -27,7 +27,10 @@
 //! [`WaitMode::Watch`]: it joins every object's group for the subscription
 //! only, never takes a baton (so two waiters of overlapping sets cannot
 //! wait for each other locally), and tries whenever any of its channels
-//! announces a change or its blockers' leases end.
+//! announces a change or its blockers' leases end. So does a rate
+//! limiter's waiter: its permits are reserved for a time of its own, which
+//! its `retry_after_ms` names, so it waits for that time (or a message:
+//! the limiter was deleted), never for another waiter.
 //!
 //! In [`WaitMode::Broadcast`] (count-down latches) a state change releases
 //! every waiter at once, and its wake message carries the new state itself

@@ -17,11 +17,8 @@
 
 use redis::Value;
 
-use super::Blocked;
+use super::{Blocked, IDEMPOTENCY_MS, Idempotent};
 use crate::store::{Store, StoreError, reply_u64, scripts};
-
-/// How long a count-down's `Idempotency-Key` is remembered: 10 minutes.
-pub const IDEMPOTENCY_MS: u64 = 600_000;
 
 /// Used as the re-check hint when a latch has no TTL at all (someone
 /// PERSISTed our key by hand): waiters then rely on the safety re-check.
@@ -122,22 +119,18 @@ impl Latches {
         by: u64,
         idempotency_key: Option<&str>,
     ) -> Result<CountedDown, StoreError> {
-        let latch = self.key(name);
-        let record = match idempotency_key {
-            Some(key) => self.store.key(name, &format!("latch:idem:{key}")),
-            None => latch.clone(),
+        let idempotent = Idempotent {
+            key: idempotency_key,
         };
-        let keys = [latch, record];
+        let keys = idempotent.keys(&self.store, name, "latch", self.key(name));
         let args = [
             self.wake_channel(name),
             by.to_string(),
             IDEMPOTENCY_MS.to_string(),
         ];
-        let script = &scripts::LATCH_COUNT_DOWN;
-        let reply: Vec<Value> = match idempotency_key {
-            Some(_) => self.store.write_repeatable(script, &keys, &args).await?,
-            None => self.store.write(script, &keys, &args).await?,
-        };
+        let reply: Vec<Value> = idempotent
+            .write(&self.store, &scripts::LATCH_COUNT_DOWN, &keys, &args)
+            .await?;
         match reply.as_slice() {
             [Value::Int(1), count] => Ok(CountedDown::Counted {
                 count: reply_u64(count, "count")?,

@@ -11,6 +11,7 @@
 pub mod latches;
 pub mod locks;
 pub mod multilocks;
+pub mod ratelimiters;
 pub mod redlock;
 pub mod rwlocks;
 pub mod semaphores;
@@ -19,7 +20,7 @@ pub mod sessions;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
@@ -53,6 +54,44 @@ impl AttemptId {
 impl Default for AttemptId {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// How long an `Idempotency-Key` is remembered: 10 minutes.
+pub const IDEMPOTENCY_MS: u64 = 600_000;
+
+/// A request's `Idempotency-Key` on one object, for the scripts that
+/// honour one (`scripts/idempotency.lua`): they get the object's main key
+/// first and the key's record second (the main key again without one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Idempotent<'a> {
+    pub key: Option<&'a str>,
+}
+
+impl Idempotent<'_> {
+    /// `[state, record]`: the record is `{prefix}{name}:<base>:idem:<key>`.
+    pub fn keys(&self, store: &Store, name: &str, base: &str, state: String) -> [String; 2] {
+        let record = match self.key {
+            Some(key) => store.key_of(name, &[base, ":idem:", key]),
+            None => state.clone(),
+        };
+        [state, record]
+    }
+
+    /// Runs the script: with a key, a repeat only replays the first answer,
+    /// so the call is repeated once on a dead connection; without one it
+    /// runs at most once.
+    pub async fn write<T: FromRedisValue>(
+        &self,
+        store: &Store,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<T, StoreError> {
+        match self.key {
+            Some(_) => store.write_repeatable(script, keys, args).await,
+            None => store.write(script, keys, args).await,
+        }
     }
 }
 
@@ -117,6 +156,9 @@ pub enum Refusal {
     /// The session the request acquires in does not exist (expired or
     /// deleted, possibly while the request waited).
     NoSession,
+    /// The request asks for more than the object ever admits at once
+    /// (`permits` beyond a rate limiter's burst).
+    OverBurst(u64),
 }
 
 /// How one object's keys are named and what its scripts get first: the

@@ -27,7 +27,7 @@ use crate::state::AppState;
 /// The operations only the admin role may use (403 `forbidden` for a
 /// client key); the OpenAPI document documents their 403 from this list,
 /// and the tests check it against what each operation answers.
-pub const ADMIN_OPERATIONS: [&str; 7] = [
+pub const ADMIN_OPERATIONS: [&str; 9] = [
     "force_unlock_lock",
     "force_unlock_fair_lock",
     "force_unlock_rwlock",
@@ -35,6 +35,8 @@ pub const ADMIN_OPERATIONS: [&str; 7] = [
     "delete_semaphore",
     "set_latch",
     "delete_latch",
+    "configure_rate_limiter",
+    "delete_rate_limiter",
 ];
 
 /// 401 `unauthorized`: no key was sent.
@@ -57,7 +59,8 @@ pub fn admin_only() -> ApiError {
 pub enum Role {
     /// Acquire, wait, heartbeat, release, count down, read state.
     Client,
-    /// Also force unlock, and configure and delete semaphores and latches.
+    /// Also force unlock, and configure and delete semaphores, latches
+    /// and rate limiters.
     Admin,
 }
 

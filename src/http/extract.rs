@@ -4,7 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 
@@ -149,32 +149,79 @@ pub struct Millis(pub i128);
 
 impl<'de> Deserialize<'de> for Millis {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Millis;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an integer number of milliseconds")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Millis, E> {
-                Ok(Millis(v.into()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Millis, E> {
-                Ok(Millis(v.into()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Millis, E> {
-                // JSON Schema counts 1000.0 as an integer, and serde_json
-                // reads integers beyond u64 as floats: accept any float
-                // without a fractional part (saturating; ranges are checked
-                // later and reported as out-of-range).
-                if v.is_finite() && v.fract() == 0.0 {
-                    Ok(Millis(v as i128))
-                } else {
-                    Err(E::custom("expected an integer number of milliseconds"))
-                }
-            }
-        }
-        d.deserialize_any(V)
+        d.deserialize_any(Whole("an integer number of milliseconds"))
+            .map(Millis)
     }
+}
+
+/// A whole number as sent, with what was expected. JSON Schema counts
+/// 1000.0 as an integer, and serde_json reads integers beyond u64 as
+/// floats: any float without a fractional part is accepted (saturating;
+/// ranges are checked later and reported as out-of-range).
+struct Whole(&'static str);
+
+impl Visitor<'_> for Whole {
+    type Value = i128;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i128, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i128, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<i128, E> {
+        if v.is_finite() && v.fract() == 0.0 {
+            Ok(v as i128)
+        } else {
+            Err(E::custom(format!("expected {}", self.0)))
+        }
+    }
+}
+
+/// A whole number of things (a count, permits, a rate) as sent: kept like
+/// [`Millis`], so that negative and too large numbers are reported as
+/// `out-of-range`; anything else is a body error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Amount(pub i128);
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Whole("a whole number")).map(Amount)
+    }
+}
+
+impl Amount {
+    /// Checks `min..=max` and names the field in the problem.
+    pub fn within(self, field: &str, min: u64, max: u64) -> Result<u64, ApiError> {
+        Millis(self.0).within(field, min, max)
+    }
+}
+
+/// The longest `Idempotency-Key` accepted, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// The `Idempotency-Key` header, if sent: 1 to 255 visible ASCII
+/// characters.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let valid = values.next().is_none()
+        && (1..=MAX_IDEMPOTENCY_KEY).contains(&value.len())
+        && value.as_bytes().iter().all(|b| b.is_ascii_graphic());
+    if !valid {
+        return Err(ApiError::invalid_body(format!(
+            "Idempotency-Key must be sent once, as 1-{MAX_IDEMPOTENCY_KEY} visible ASCII \
+             characters (e.g. a UUID)"
+        )));
+    }
+    // Visible ASCII is valid UTF-8.
+    Ok(value.to_str().ok())
 }
 
 impl Millis {

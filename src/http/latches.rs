@@ -7,9 +7,8 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -19,7 +18,9 @@ use crate::coord::latches::{CountedDown, LatchState, Latches};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::{ApiError, Problem, ProblemType};
 use crate::http::access::{Admin, Scope};
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery, Millis, wait_from};
+use crate::http::extract::{
+    Amount, ApiJson, ApiPath, ApiQuery, Millis, idempotency_key, wait_from,
+};
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, NotGranted, Timing, Vocabulary};
 use crate::http::responses::{BodyErrors, NameErrors, WaitErrors, examples};
@@ -35,48 +36,9 @@ pub const MAX_COUNT: u64 = 1_000_000_000;
 pub const DEFAULT_TTL_MS: u64 = 86_400_000;
 pub const MIN_TTL_MS: u64 = 1000;
 pub const MAX_TTL_MS: u64 = 604_800_000;
-/// The longest `Idempotency-Key` accepted, in bytes.
-pub const MAX_IDEMPOTENCY_KEY: usize = 255;
-
-const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-
-/// A whole number as sent: negative numbers and numbers too large are
-/// kept (and reported as `out-of-range`); anything else is a body error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Amount(pub i128);
-
-impl<'de> Deserialize<'de> for Amount {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Amount;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a whole number")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Amount, E> {
-                Ok(Amount(v.into()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Amount, E> {
-                Ok(Amount(v.into()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Amount, E> {
-                // 5.0 is a whole number; so is 1e30 (out of range later).
-                if v.is_finite() && v.fract() == 0.0 {
-                    Ok(Amount(v as i128))
-                } else {
-                    Err(E::custom("expected a whole number"))
-                }
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl Amount {
-    /// Checks `1..=MAX_COUNT` and names the field in the problem.
-    fn count(self, field: &str) -> Result<u64, ApiError> {
-        Millis(self.0).within(field, 1, MAX_COUNT)
-    }
+/// Checks `1..=MAX_COUNT` and names the field in the problem.
+fn checked_count(amount: Amount, field: &str) -> Result<u64, ApiError> {
+    amount.within(field, 1, MAX_COUNT)
 }
 
 /// Body of a set. `count` is required.
@@ -228,26 +190,6 @@ impl Acquisition for LatchWait {
     }
 }
 
-/// The `Idempotency-Key` header, if sent: 1 to 255 visible ASCII
-/// characters.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
-    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    let valid = values.next().is_none()
-        && (1..=MAX_IDEMPOTENCY_KEY).contains(&value.len())
-        && value.as_bytes().iter().all(|b| b.is_ascii_graphic());
-    if !valid {
-        return Err(ApiError::invalid_body(format!(
-            "Idempotency-Key must be sent once, as 1-{MAX_IDEMPOTENCY_KEY} visible ASCII \
-             characters (e.g. a UUID)"
-        )));
-    }
-    // Visible ASCII is valid UTF-8.
-    Ok(value.to_str().ok())
-}
-
 const SSE_EXAMPLE: &str = "event: count\ndata: {\"count\":2,\"open\":false}\n\nevent: count\ndata: {\"count\":1,\"open\":false}\n\nevent: open\ndata: {\"count\":0,\"open\":true}\n\n";
 
 /// 409 `latch-exists`: the latch is closed with `count`.
@@ -290,8 +232,8 @@ pub async fn set(
     let name = scope.name(path.name)?;
     let count = body
         .count
-        .ok_or_else(|| ApiError::invalid_body("count is required, e.g. {\"count\": 3}"))?
-        .count("count")?;
+        .ok_or_else(|| ApiError::invalid_body("count is required, e.g. {\"count\": 3}"))?;
+    let count = checked_count(count, "count")?;
     let ttl_ms = match body.ttl_ms {
         None => DEFAULT_TTL_MS,
         Some(ttl) => ttl.within("ttl_ms", MIN_TTL_MS, MAX_TTL_MS)?,
@@ -350,7 +292,7 @@ pub async fn count_down(
     let key = idempotency_key(&headers)?;
     let by = match body.by {
         None => 1,
-        Some(by) => by.count("by")?,
+        Some(by) => checked_count(by, "by")?,
     };
     match state.latches.count_down(&name.key, by, key).await? {
         CountedDown::Counted { count } | CountedDown::Replayed { count } => {

@@ -130,6 +130,14 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// Whether waiting may still grant what the try found `blocked`. A
+    /// primitive that knows the grant would come only after the request's
+    /// wait (a rate limiter's permits) says no, and the request is
+    /// answered "not acquired" at once. Yes by default.
+    fn may_wait(&self, _blocked: &Blocked) -> bool {
+        true
+    }
+
     /// The "not acquired" problem for this blocker (e.g. 409 `lock-held`,
     /// the default).
     fn blocked(&self, blocked: Blocked) -> ApiError {
@@ -248,7 +256,7 @@ pub async fn respond<A: Acquisition>(
             return Err(e.into());
         }
     };
-    if wait_ms == 0 || Instant::now() >= deadline {
+    if wait_ms == 0 || Instant::now() >= deadline || !acquisition.may_wait(&blocked) {
         metrics.acquisition(primitive, "busy");
         let answer = acquisition.not_granted(blocked);
         if sse {

@@ -13,6 +13,7 @@ pub mod longpoll;
 pub mod middleware;
 pub mod multilocks;
 mod openapi;
+pub mod ratelimiters;
 pub mod redlocks;
 pub(crate) mod responses;
 mod router;

@@ -57,6 +57,14 @@ use crate::error::Problem;
             service keeps each hold's lease equal to the session's remaining TTL rather than \
             changing them all in one step: on expiry they end together (within a few ms), and \
             waiters see them end no later than their re-check bound."),
+        (name = "rate-limiters", description = "Rate limiters (Redisson RRateLimiter): `rate` \
+            permits per `per_ms`, at most `burst` at once, by GCRA on Redis's clock: over any \
+            window of length t, at most `burst + rate × t / per_ms` permits are admitted, and a \
+            limiter is a few fields in Redis whatever its rate. Configure with PUT first. A \
+            request that may wait reserves its permits at once and is answered at the exact \
+            time they are due (no polling), so waiters are admitted in arrival order and a large \
+            request is never starved by small ones. Acquires honour an `Idempotency-Key` \
+            header."),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     components(schemas(Problem)),
@@ -220,7 +228,7 @@ fn add_security(doc: &mut serde_json::Value) {
             "scheme": "bearer",
             "description": "An API key (`Authorization: Bearer <key>`), configured on the server \
                 as its SHA-256 with a namespace and a role (`client`, or `admin` for force \
-                unlock and configuring or deleting semaphores and latches). A server with no \
+                unlock and configuring or deleting semaphores, latches and rate limiters). A server with no \
                 key configured is open and serves this document without the requirement."
         }
     });

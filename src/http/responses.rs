@@ -20,7 +20,7 @@ pub mod examples {
     use crate::error::{ApiError, Problem};
     use crate::http::extract::{Millis, check_name};
     use crate::http::lock_family::{HoldApi, lock_held as held};
-    use crate::http::{latches, multilocks, redlocks, semaphores, sessions};
+    use crate::http::{latches, multilocks, ratelimiters, redlocks, semaphores, sessions};
     use crate::store::Condition;
 
     fn problem(error: ApiError) -> Problem {
@@ -94,6 +94,14 @@ pub mod examples {
         problem(semaphores::no_permits(Blocked {
             retry_after_ms: 2500,
             position: Some(1),
+            available: Some(0),
+            ..Blocked::default()
+        }))
+    }
+
+    pub fn rate_limited() -> Problem {
+        problem(ratelimiters::rate_limited(Blocked {
+            retry_after_ms: 250,
             available: Some(0),
             ..Blocked::default()
         }))
@@ -312,6 +320,23 @@ problem_responses! {
         NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
         /// Too many waiters on this instance
         TooManyWaiters = 429 [("too-many-waiters", too_many_waiters)],
+        /// Redis unavailable, or shutting down
+        Unavailable = 503 [("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
+    }
+}
+
+problem_responses! {
+    /// Every error of a rate limiter's acquire: [`AcquireErrors`], the
+    /// limiter's 404, and its "not admitted" 429 besides the instance's.
+    RateAcquireErrors {
+        /// Invalid name or body, an out-of-range value, or more permits than the burst
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", out_of_range)],
+        /// No such rate limiter (`not-found`): never configured, or deleted (while the request waited, or before)
+        NotFound = 404 [("not-found", not_found)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Not admitted (`rate-limited`): the permits come later than `wait_ms`; `retry_after_ms` says when, and `available` how many there are now. Or too many waiters on this instance
+        Limited = 429 [("rate-limited", rate_limited), ("too-many-waiters", too_many_waiters)],
         /// Redis unavailable, or shutting down
         Unavailable = 503 [("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
     }

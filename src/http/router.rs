@@ -17,7 +17,8 @@ use utoipa_swagger_ui::SwaggerUi;
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish, with_bounds, without_security};
 use super::{
-    fair_locks, health, latches, locks, multilocks, redlocks, rwlocks, semaphores, sessions,
+    fair_locks, health, latches, locks, multilocks, ratelimiters, redlocks, rwlocks, semaphores,
+    sessions,
 };
 use crate::config::{Config, CorsOrigins};
 use crate::state::AppState;
@@ -64,6 +65,12 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(latches::set, latches::state, latches::delete))
         .routes(routes!(latches::count_down))
         .routes(routes!(latches::wait))
+        .routes(routes!(
+            ratelimiters::configure,
+            ratelimiters::state,
+            ratelimiters::delete
+        ))
+        .routes(routes!(ratelimiters::acquire))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

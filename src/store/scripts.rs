@@ -113,7 +113,8 @@ macro_rules! scripts {
 // fair locks, read-write locks and semaphores share the queue of waiters
 // (`queue`); every rwlock script starts from `rw`, every semaphore script
 // from `sem`, each followed by what both do before they read
-// (`queue_refresh`).
+// (`queue_refresh`); the scripts that honour an `Idempotency-Key` start
+// from its record's helpers (`idempotency`).
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock", "lock_acquire"],
     LOCK_UNDO => "lock_undo" = ["lock_plain", "lock", "lock_undo"],
@@ -152,7 +153,7 @@ scripts! {
     REDLOCK_STATE => "redlock_state" = ["redlock_state"],
     REDLOCK_WAKE => "redlock_wake" = ["redlock_wake"],
     LATCH_SET => "latch_set" = ["latch_set"],
-    LATCH_COUNT_DOWN => "latch_count_down" = ["latch_count_down"],
+    LATCH_COUNT_DOWN => "latch_count_down" = ["idempotency", "latch_count_down"],
     LATCH_STATE => "latch_state" = ["latch_state"],
     LATCH_DELETE => "latch_delete" = ["latch_delete"],
     // Sessions: every script starts from `session`.
@@ -162,4 +163,10 @@ scripts! {
     SESSION_STATE => "session_state" = ["session", "session_state"],
     SESSION_DETACH => "session_detach" = ["session", "session_detach"],
     SESSION_DELETE => "session_delete" = ["session", "session_delete"],
+    // Rate limiters: every script but the delete starts from `rl`.
+    RL_SET => "rl_set" = ["rl", "rl_set"],
+    RL_ACQUIRE => "rl_acquire" = ["idempotency", "rl", "rl_acquire"],
+    RL_STATE => "rl_state" = ["rl", "rl_state"],
+    RL_GIVE_BACK => "rl_give_back" = ["rl", "rl_give_back"],
+    RL_DELETE => "rl_delete" = ["rl_delete"],
 }

@@ -163,16 +163,29 @@ async fn every_operation(
                 Some(json!({"count": 5})),
             )
             .await;
+            send(
+                app,
+                Some(admin),
+                Method::PUT,
+                "/rate-limiters/r",
+                Some(json!({"rate": 100, "per_ms": 1000})),
+            )
+            .await;
             let name = if path.starts_with("/semaphores") {
                 "s"
             } else if path.starts_with("/latches") {
                 "l"
+            } else if path.starts_with("/rate-limiters") {
+                "r"
             } else {
                 "o"
             };
             let url = path.replace("{name}", name).replace("{holder}", "h");
             let body = match (method.as_str(), path.as_str()) {
                 ("put", p) if p.starts_with("/semaphores") => Some(json!({"permits": 3})),
+                ("put", p) if p.starts_with("/rate-limiters") => {
+                    Some(json!({"rate": 50, "per_ms": 1000}))
+                }
                 ("put", _) => Some(json!({"count": 2})),
                 ("post", p) if p.starts_with("/multilocks") => {
                     Some(json!({"names": ["m1"], "holder": "h"}))
@@ -358,6 +371,30 @@ async fn namespaces_are_separate_worlds_for_every_primitive_across_two_instances
     .await;
     let still = must(&one, a, Method::GET, "/latches/go", None, 200).await;
     assert_eq!(still["count"], 1);
+
+    // Rate limiters: A's limiter does not exist for B, and B's acquires
+    // take nothing of A's permits.
+    must(
+        &one,
+        Some(A_ADMIN),
+        Method::PUT,
+        "/rate-limiters/quota",
+        Some(json!({"rate": 2, "per_ms": 60000})),
+        200,
+    )
+    .await;
+    for status in [404, 404] {
+        let answer = send(&two, b, Method::POST, "/rate-limiters/quota/acquire", None).await;
+        assert_problem(answer, status, "not-found").await;
+    }
+    assert_problem(
+        send(&two, b, Method::GET, "/rate-limiters/quota", None).await,
+        404,
+        "not-found",
+    )
+    .await;
+    let quota = must(&one, a, Method::GET, "/rate-limiters/quota", None, 200).await;
+    assert_eq!(quota["available"], 2);
 
     // Multi-locks take B's own locks, not A's of the same names.
     must(

@@ -80,7 +80,7 @@ fn every_operation_has_a_unique_id_named_after_its_resource_and_action() {
             panic!("operationId {id:?} is used by {other} and by {method} {path}");
         }
     }
-    assert_eq!(seen.len(), 41, "{seen:#?}");
+    assert_eq!(seen.len(), 45, "{seen:#?}");
     assert_eq!(seen["acquire_lock"], "post /locks/{name}/acquire");
     assert_eq!(seen["acquire_fair_lock"], "post /fair-locks/{name}/acquire");
     assert_eq!(
@@ -176,10 +176,22 @@ fn slugs(doc: &Value, method: &str, path: &str, status: &str) -> BTreeSet<String
 #[test]
 fn each_primitive_documents_the_problems_it_sends() {
     let doc = document();
-    let expected: [(&str, &str, &str, &[&str]); 12] = [
+    let expected: [(&str, &str, &str, &[&str]); 14] = [
         ("post", "/locks/{name}/acquire", "404", &["not-found"]),
         ("post", "/multilocks/acquire", "404", &["not-found"]),
         ("post", "/sessions/{id}/heartbeat", "404", &["not-held"]),
+        (
+            "post",
+            "/rate-limiters/{name}/acquire",
+            "429",
+            &["rate-limited", "too-many-waiters"],
+        ),
+        (
+            "post",
+            "/rate-limiters/{name}/acquire",
+            "404",
+            &["not-found"],
+        ),
         (
             "delete",
             "/locks/{name}/holders/{holder}",
@@ -350,7 +362,7 @@ async fn every_operation_with_a_body_answers_and_documents_415() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 19, "operations with a body");
+    assert_eq!(checked, 21, "operations with a body");
 }
 
 /// What a client (or Schemathesis's stateful phase) does after a grant is
@@ -365,7 +377,17 @@ fn grants_and_creations_link_to_what_follows() {
         .into_iter()
         .map(|(_, _, o)| (o["operationId"].as_str().unwrap_or_default().to_string(), o))
         .collect();
-    let expected: [(&str, &str, &[&str]); 10] = [
+    let expected: [(&str, &str, &[&str]); 12] = [
+        (
+            "configure_rate_limiter",
+            "200",
+            &[
+                "acquire_rate_limiter",
+                "get_rate_limiter",
+                "delete_rate_limiter",
+            ],
+        ),
+        ("acquire_rate_limiter", "200", &["get_rate_limiter"]),
         (
             "acquire_lock",
             "201",

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use latchkey::coord::locks::{LockGrant, LockKind, Locks, Released};
+use latchkey::coord::ratelimiters::{Due, RateConfig, RateLimiters, Taken};
 use latchkey::coord::{Attempt, AttemptId, Blocked};
 use latchkey::metrics::Metrics;
 use latchkey::store::{Publish, Store, StoreConfig};
@@ -17,6 +18,10 @@ async fn locks(redis: &latchkey::devredis::RedisServer) -> Locks {
 }
 
 async fn locks_on(mode: latchkey::config::RedisMode, urls: Vec<String>) -> Locks {
+    Locks::new(store_on(mode, urls).await, LockKind::Plain)
+}
+
+async fn store_on(mode: latchkey::config::RedisMode, urls: Vec<String>) -> Store {
     let config = StoreConfig {
         mode,
         urls,
@@ -28,10 +33,107 @@ async fn locks_on(mode: latchkey::config::RedisMode, urls: Vec<String>) -> Locks
         min_replicas: 0,
         tls: Default::default(),
     };
-    Locks::new(
-        Store::open(&config, Metrics::new()).await.unwrap(),
-        LockKind::Plain,
-    )
+    Store::open(&config, Metrics::new()).await.unwrap()
+}
+
+async fn rate_limiters(redis: &latchkey::devredis::RedisServer) -> RateLimiters {
+    let mode = latchkey::config::RedisMode::Standalone;
+    RateLimiters::new(store_on(mode, vec![redis.url()]).await)
+}
+
+/// The emission interval of 3 permits a second is 333⅓ ms: the scripts
+/// keep it exact (whole µs plus ticks of ⅓ µs), store whole numbers only,
+/// and say exactly when permits come.
+#[tokio::test]
+async fn rate_limiter_times_are_exact_when_the_interval_is_no_whole_number_of_us() {
+    let redis = redis();
+    let limiters = rate_limiters(&redis).await;
+    let config = RateConfig {
+        rate: 3,
+        per_ms: 1000,
+        burst: 3,
+    };
+    assert_eq!(limiters.configure("r", config).await.unwrap(), 3);
+    let take = |permits, max_wait_us| {
+        let limiters = limiters.clone();
+        async move {
+            (limiters.acquire("r", permits, max_wait_us, &AttemptId::new(), None))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        take(3, 0).await,
+        Taken::Admitted {
+            permits: 3,
+            available: 0
+        }
+    );
+    let Taken::Limited { wait_us, .. } = take(3, 0).await else {
+        panic!("limited")
+    };
+    // Three intervals: 1 000 000 µs, minus the few µs since the admission.
+    assert!((990_000..=1_000_000).contains(&wait_us), "{wait_us}");
+    let Taken::Reserved { wait_us, .. } = take(1, 2_000_000).await else {
+        panic!("reserved")
+    };
+    assert!((323_000..=333_334).contains(&wait_us), "{wait_us}");
+    let mut conn = redis_conn(&redis).await;
+    let fields: std::collections::HashMap<String, String> = conn.hgetall("t:{r}:rl").await.unwrap();
+    for field in ["tat", "frac", "gen", "rate", "per_ms", "burst"] {
+        assert!(
+            fields[field].bytes().all(|b| b.is_ascii_digit()),
+            "{field} = {:?}, a whole number",
+            fields[field]
+        );
+    }
+    // 4 permits' time from the first admission: 1 333 333⅓ µs.
+    let frac: u64 = fields["frac"].parse().unwrap();
+    assert_eq!(frac, 1, "⅓ µs");
+    assert_eq!(limiters.state("r").await.unwrap().unwrap().available, 0);
+}
+
+/// A give-back takes back only the last acquire (nothing reserved after
+/// it), once, and not across a reconfiguration.
+#[tokio::test]
+async fn a_rate_limiter_gives_back_only_the_last_acquire_and_only_once() {
+    let redis = redis();
+    let limiters = rate_limiters(&redis).await;
+    let config = RateConfig {
+        rate: 1,
+        per_ms: 1000,
+        burst: 1,
+    };
+    limiters.configure("g", config).await.unwrap();
+    let (first, second) = (AttemptId::new(), AttemptId::new());
+    let admitted = limiters.acquire("g", 1, 0, &first, None).await.unwrap();
+    assert!(matches!(admitted, Taken::Admitted { .. }));
+    let reserved = limiters.acquire("g", 1, 5_000_000, &second, None).await;
+    let Ok(Taken::Reserved { reservation, .. }) = reserved else {
+        panic!("reserved: {reserved:?}")
+    };
+    assert!(
+        !limiters.give_back("g", &first, 1).await.unwrap(),
+        "not the last"
+    );
+    assert!(limiters.give_back("g", &second, 1).await.unwrap());
+    assert!(
+        !limiters.give_back("g", &second, 1).await.unwrap(),
+        "only once"
+    );
+    // The reservation's incarnation still stands; a new one does not.
+    assert!(matches!(
+        limiters.slot("g", &reservation).await.unwrap(),
+        Due::In { .. }
+    ));
+    limiters.delete("g").await.unwrap();
+    limiters.configure("g", config).await.unwrap();
+    assert_eq!(limiters.slot("g", &reservation).await.unwrap(), Due::Gone);
+    // A reconfiguration ends what may be given back.
+    let third = AttemptId::new();
+    limiters.acquire("g", 1, 0, &third, None).await.unwrap();
+    limiters.configure("g", config).await.unwrap();
+    assert!(!limiters.give_back("g", &third, 1).await.unwrap());
 }
 
 #[tokio::test]

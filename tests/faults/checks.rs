@@ -100,6 +100,24 @@ pub struct PermitsBack {
     pub excused_ms: f64,
 }
 
+/// One admission by a rate limiter: when its request was sent (the first
+/// one, for an `Idempotency-Key` sent several times) and when an answer
+/// said it was admitted. Redis admitted it in between.
+#[derive(Debug, Clone)]
+pub struct RateGrant {
+    pub permits: u64,
+    pub sent: f64,
+    pub answered: f64,
+}
+
+/// A rate limiter's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimit {
+    pub rate: u64,
+    pub per_ms: u64,
+    pub burst: u64,
+}
+
 fn overlap(a: &Hold, b: &Hold) -> bool {
     a.granted < b.valid_until && b.granted < a.valid_until
 }
@@ -267,6 +285,36 @@ pub fn latch_rounds(rounds: &[LatchRound], wake_slack_ms: f64) -> Vec<String> {
                     "{}: a wait (sent {sent:.0}) answered closed at {answered:.0}, though the latch opened at {:.0}: a lost wake-up",
                     r.object, r.opened
                 ));
+            }
+        }
+    }
+    violations
+}
+
+/// A rate limiter never admitted more than `burst + rate × t / per_ms`
+/// permits in a window of length t. Sound under any reply timing: the
+/// admissions certainly inside a window `[from, to]` are those whose
+/// request was sent at or after `from` and answered by `to`; every window
+/// from a sending to an answer is checked.
+pub fn rate_within(grants: &[RateGrant], limit: RateLimit) -> Vec<String> {
+    let mut by_sent: Vec<&RateGrant> = grants.iter().collect();
+    by_sent.sort_by(|a, b| a.sent.total_cmp(&b.sent));
+    let mut violations = Vec::new();
+    for (i, first) in by_sent.iter().enumerate() {
+        let from = first.sent;
+        let mut later: Vec<&RateGrant> = by_sent[i..].to_vec();
+        later.sort_by(|a, b| a.answered.total_cmp(&b.answered));
+        let mut inside = 0;
+        for g in later {
+            inside += g.permits;
+            let allowed = limit.burst as f64
+                + limit.rate as f64 * (g.answered - from).max(0.0) / limit.per_ms as f64;
+            if inside as f64 > allowed + 1e-9 {
+                violations.push(format!(
+                    "{inside} permits admitted within [{from:.1}, {:.1}] ms; at most {allowed:.2} may be",
+                    g.answered
+                ));
+                break;
             }
         }
     }
@@ -528,6 +576,33 @@ mod planted {
                 1,
                 "{planted:?}"
             );
+        }
+    }
+
+    #[test]
+    fn admissions_past_the_rate_are_reported() {
+        let limit = RateLimit {
+            rate: 10,
+            per_ms: 1000,
+            burst: 2,
+        };
+        let grant = |sent: f64, answered: f64| RateGrant {
+            permits: 1,
+            sent,
+            answered,
+        };
+        // The burst at once, then one every 100 ms.
+        let mut clean = vec![grant(0.0, 1.0), grant(0.0, 1.0)];
+        clean.extend((1..=10).map(|k| grant(100.0 * k as f64 - 1.0, 100.0 * k as f64 + 1.0)));
+        assert_eq!(rate_within(&clean, limit), Vec::<String>::new());
+        let mut one_more = clean.clone();
+        one_more.push(grant(500.0, 501.0));
+        let mut over_the_burst = clean.clone();
+        over_the_burst.push(grant(0.0, 1.0));
+        let mut larger = clean;
+        larger[5].permits = 2;
+        for planted in [one_more, over_the_burst, larger] {
+            assert!(!rate_within(&planted, limit).is_empty(), "{planted:?}");
         }
     }
 

@@ -37,6 +37,12 @@ const WAKE_SLACK_MS: f64 = 1500.0;
 /// A crashed holder's permits are back within its lease plus this.
 const PERMITS_BACK_SLACK_MS: f64 = 1000.0;
 const SEMAPHORE_PERMITS: u64 = 3;
+/// The rate limiter's configuration: 20 permits a second, 5 at once.
+const RATE_LIMIT: RateLimit = RateLimit {
+    rate: 20,
+    per_ms: 1000,
+    burst: 5,
+};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -50,6 +56,13 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
     let mut rng = Rng::new(seed);
     workers::configure_semaphore(ctx, &mut rng, "f-sem", SEMAPHORE_PERMITS).await;
     workers::configure_semaphore(ctx, &mut rng, "f-sem-crash", 2).await;
+    let RateLimit {
+        rate,
+        per_ms,
+        burst,
+    } = RATE_LIMIT;
+    let limit = serde_json::json!({"rate": rate, "per_ms": per_ms, "burst": burst});
+    workers::configure(ctx, &mut rng, "/rate-limiters/f-rate", limit).await;
     let multi = vec!["f-m1".to_string(), "f-m2".to_string()];
     let mut plan: Vec<(Vec<Kind>, &str, u64)> = Vec::new();
     for _ in 0..3 {
@@ -100,6 +113,13 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
         Rng::new(rng.next()),
         "f-latch".to_string(),
     )));
+    for _ in 0..3 {
+        tasks.push(tokio::spawn(workers::rate_loop(
+            ctx.clone(),
+            Rng::new(rng.next()),
+            "f-rate".to_string(),
+        )));
+    }
     tasks
 }
 
@@ -158,12 +178,12 @@ fn excused(windows: &[(f64, f64, String)], from: f64, to: f64) -> f64 {
 }
 
 /// What is left once every client stopped and every lease ran out: nothing
-/// held, nothing queued, every permit available.
+/// held, nothing queued, every permit available (a rate limiter's too).
 async fn leftovers(ctx: &Ctx) -> Vec<String> {
     let mut problems = Vec::new();
     let mut rng = Rng::new(1);
     type Clean = fn(&Value) -> bool;
-    let checks: [(&str, Clean); 8] = [
+    let checks: [(&str, Clean); 9] = [
         ("/locks/f-lock", |s| {
             s["locked"] == false && s["waiters"] == 0
         }),
@@ -182,6 +202,8 @@ async fn leftovers(ctx: &Ctx) -> Vec<String> {
             s["available"] == 2 && s["holders"] == 0
         }),
         ("/redlocks/f-red", |s| s["locked_on"] == 0),
+        // Full again: no reservation outlived its waiter's request.
+        ("/rate-limiters/f-rate", |s| s["available"] == s["burst"]),
     ];
     for (path, clean) in checks {
         let answer = ctx
@@ -198,16 +220,19 @@ async fn leftovers(ctx: &Ctx) -> Vec<String> {
 }
 
 /// Every key of the main Redis without a TTL that is not a fencing counter
-/// or a configured semaphore's definition (those last until DELETE).
+/// or a configured semaphore's or rate limiter's definition (those last
+/// until DELETE).
 async fn keys_without_ttl(cluster: &Cluster) -> Vec<String> {
     let mut conn = cluster.redis_conn().await;
     let keys: Vec<String> = conn.keys("*").await.expect("KEYS");
     let mut persistent = Vec::new();
     for key in keys {
         let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
-        // A semaphore's `…:sem` hash is its definition (permits), kept
-        // until DELETE like the object it is.
-        if ttl == -1 && !key.ends_with(":fence") && !key.ends_with(":sem") {
+        // A semaphore's `…:sem` hash is its definition (permits), and a
+        // rate limiter's `…:rl` hash is its, kept until DELETE like the
+        // objects they are.
+        let definition = [":fence", ":sem", ":rl"].iter().any(|s| key.ends_with(s));
+        if ttl == -1 && !definition {
             persistent.push(key);
         }
     }
@@ -238,7 +263,7 @@ async fn judge(
     }
     let answered = record.calls.iter().filter(|c| c.status.is_some()).count();
     eprintln!(
-        "history: {} calls ({answered} answered), {} holds ({} through sessions), {} fenced writes ({} rejected as stale), {} fair waiters, {} latch rounds, {} crashed-holder probes",
+        "history: {} calls ({answered} answered), {} holds ({} through sessions), {} fenced writes ({} rejected as stale), {} fair waiters, {} latch rounds, {} crashed-holder probes, {} rate-limiter admissions",
         record.calls.len(),
         record.holds.len(),
         record
@@ -250,7 +275,8 @@ async fn judge(
         record.writes.iter().filter(|w| !w.accepted).count(),
         record.fair.len(),
         record.latches.len(),
-        record.permits_back.len()
+        record.permits_back.len(),
+        record.rates.len()
     );
     let mut failures: Vec<_> = record.failures.iter().collect();
     failures.sort();
@@ -297,6 +323,11 @@ async fn judge(
         &mut all,
     );
     report(
+        "rate limiter",
+        rate_within(&record.rates, RATE_LIMIT),
+        &mut all,
+    );
+    report(
         "deadlines",
         deadlines(&record.calls, RESPONSE_TIMEOUT_MS as f64, SLACK_MS),
         &mut all,
@@ -336,7 +367,10 @@ async fn fault_injection_every_primitive() {
         record.holds.len()
     );
     assert!(
-        !record.latches.is_empty() && !record.permits_back.is_empty() && !record.fair.is_empty()
+        !record.latches.is_empty()
+            && !record.permits_back.is_empty()
+            && !record.fair.is_empty()
+            && !record.rates.is_empty()
     );
     assert!(
         all.is_empty(),
@@ -359,12 +393,12 @@ async fn stop_clients(ctx: &Ctx, clients: Vec<tokio::task::JoinHandle<()>>) {
     tokio::time::sleep(Duration::from_millis(cluster::QUEUE_GRACE_MS + 2500)).await;
 }
 
-/// Every key of the main Redis but the latches' idempotency records (kept
-/// 10 minutes by design, each with its TTL).
+/// Every key of the main Redis but the latches' and rate limiters'
+/// idempotency records (kept 10 minutes by design, each with its TTL).
 async fn keys(cluster: &Cluster) -> Vec<String> {
     let mut conn = cluster.redis_conn().await;
     let mut keys: Vec<String> = conn.keys("*").await.expect("KEYS");
-    keys.retain(|k| !k.contains(":latch:idem:"));
+    keys.retain(|k| !k.contains(":latch:idem:") && !k.contains(":rl:idem:"));
     keys.sort();
     keys
 }
@@ -429,7 +463,7 @@ async fn soak_every_primitive_on_two_instances() {
     stop_clients(&ctx, clients).await;
     let keys_again = keys(&cluster).await;
     eprintln!(
-        "soak: {} keys left (fencing counters and semaphore definitions): {keys_end:?}",
+        "soak: {} keys left (fencing counters, semaphore and rate-limiter definitions): {keys_end:?}",
         keys_end.len()
     );
     if keys_again != keys_end {

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::checks::{Call, FairWaiter, FencedWrite, Hold, LatchRound, Mode, PermitsBack};
+use crate::checks::{
+    Call, FairWaiter, FencedWrite, Hold, LatchRound, Mode, PermitsBack, RateGrant,
+};
 
 /// A small deterministic generator (xorshift64*), one per client, seeded
 /// from the run's seed so that a run can be repeated.
@@ -47,6 +49,7 @@ pub struct Record {
     pub fair: Vec<FairWaiter>,
     pub latches: Vec<LatchRound>,
     pub permits_back: Vec<PermitsBack>,
+    pub rates: Vec<RateGrant>,
     /// Client-side failures (no answer, or an answer the client did not
     /// expect), by kind: reported, not judged.
     pub failures: HashMap<String, u64>,
@@ -486,25 +489,87 @@ pub async fn hold_loop(
     }
 }
 
-/// Configures a semaphore, retrying through faults.
-pub async fn configure_semaphore(ctx: &Ctx, rng: &mut Rng, name: &str, permits: u64) {
+/// Configures an object (`PUT path`), retrying through faults.
+pub async fn configure(ctx: &Ctx, rng: &mut Rng, path: &str, body: Value) {
     for _ in 0..100 {
-        let answer = ctx
-            .call(
-                rng,
-                reqwest::Method::PUT,
-                &format!("/semaphores/{name}"),
-                Some(json!({"permits": permits})),
-                0,
-                None,
-            )
-            .await;
+        let put = reqwest::Method::PUT;
+        let answer = ctx.call(rng, put, path, Some(body.clone()), 0, None).await;
         if answer.is(200) {
             return;
         }
         sleep_ms(100).await;
     }
-    panic!("could not configure semaphore {name}");
+    panic!("could not configure {path}");
+}
+
+/// Configures a semaphore, retrying through faults.
+pub async fn configure_semaphore(ctx: &Ctx, rng: &mut Rng, name: &str, permits: u64) {
+    let body = json!({"permits": permits});
+    configure(ctx, rng, &format!("/semaphores/{name}"), body).await;
+}
+
+/// A client of a rate limiter: acquires of 1 to 3 permits, half of them
+/// waiting (reservations), each with its own `Idempotency-Key` and sent
+/// again with it while unanswered or 503 (so it counts once); after a 429
+/// it sleeps as `retry_after_ms` says. Sometimes it sends a wait without a
+/// key and goes away at once (its reservation is given back). Records
+/// every admission for `rate_within`.
+pub async fn rate_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String) {
+    let path = format!("/rate-limiters/{name}/acquire");
+    while !ctx.stopping() {
+        if rng.chance(10) {
+            let url = &ctx.urls[rng.range(0, ctx.urls.len() as u64) as usize];
+            let request = (ctx.client.post(format!("{url}{path}")))
+                .timeout(Duration::from_millis(rng.range(20, 200)))
+                .json(&json!({"wait_ms": 1500}));
+            let _ = request.send().await;
+            continue;
+        }
+        let permits = rng.range(1, 4);
+        let wait_ms = match rng.chance(50) {
+            true => rng.range(100, 1500),
+            false => 0,
+        };
+        let key = ctx.holder("rate");
+        let body = json!({"permits": permits, "wait_ms": wait_ms});
+        let mut first_sent = None;
+        for _ in 0..5 {
+            let post = reqwest::Method::POST;
+            let answer = (ctx.call(
+                &mut rng,
+                post,
+                &path,
+                Some(body.clone()),
+                wait_ms,
+                Some(&key),
+            ))
+            .await;
+            let sent = *first_sent.get_or_insert(answer.sent);
+            match answer.status {
+                Some(200) => {
+                    let permits = answer.body["permits"].as_u64().unwrap_or(0);
+                    let answered = answer.answered;
+                    let grant = RateGrant {
+                        permits,
+                        sent,
+                        answered,
+                    };
+                    ctx.record.lock().rates.push(grant);
+                    break;
+                }
+                Some(429) => {
+                    let retry = answer.body["retry_after_ms"].as_u64().unwrap_or(100);
+                    sleep_ms(retry.min(500)).await;
+                    break;
+                }
+                None | Some(503) => sleep_ms(100).await,
+                Some(other) => {
+                    ctx.failed(&format!("rate limiter answered {other}"));
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// A holder takes every permit of `name` and vanishes; a prober then waits

@@ -18,14 +18,11 @@
 -- missing latch is open) and every waiter on every instance is told so
 -- by one message. Every change publishes the new state for the waiters
 -- to answer from without a read: '<count>|<remaining life in ms>', and
--- '0|0' when it opened. The record is written in the same script as the
--- count-down, so retries that race count once.
-local keyed = KEYS[2] ~= KEYS[1]
-if keyed then
-  local first = redis.call('GET', KEYS[2])
-  if first then
-    return {2, tonumber(first)}
-  end
+-- '0|0' when it opened. The record (idempotency.lua) is written in the
+-- same script as the count-down, so retries that race count once.
+local first = idem_replay()
+if first then
+  return {2, tonumber(first)}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1}
@@ -40,7 +37,5 @@ else
   if life < 0 then life = 0 end
   redis.call(PUBLISH, ARGV[1], count .. '|' .. life)
 end
-if keyed then
-  redis.call('SET', KEYS[2], count, 'PX', ARGV[3])
-end
+idem_record(count, ARGV[3])
 return {1, count}

@@ -1,0 +1,66 @@
+-- rl_acquire: take k permits now, or reserve them for when they come.
+-- Runs after idempotency.lua and rl.lua.
+--
+-- KEYS[2]  the Idempotency-Key's record {prefix}{name}:rl:idem:<key>
+--          ('<gen>|<slot µs>|<permits>'), or KEYS[1] again without one
+-- ARGV[1]  permits k (>= 1)
+-- ARGV[2]  the longest the request may wait, in µs (0: not at all)
+-- ARGV[3]  attempt id (what a give-back names)
+-- ARGV[4]  how long a record is kept, in ms
+--
+-- Returns  {1, k, available}        admitted now
+--          {2, k, wait_us, gen, slot}  reserved: admitted at `slot` (µs on
+--                                   Redis's clock), wait_us from now, in
+--                                   the incarnation `gen`
+--          {0, wait_us, available}  not admitted, nothing reserved: k
+--                                   permits are available in wait_us
+--          {-1}                     no such limiter (or, for a replay,
+--                                   not the incarnation the key counted in)
+--          {-2, burst}              k > burst: never admissible
+--
+-- Invariant: a reservation moves tat exactly like an admission, so
+-- waiters are admitted in the order they arrived, each at the first
+-- instant the GCRA bound allows (no later request can take its permits),
+-- and a large request is never overtaken by small ones. A key's record
+-- is written with the change it stands for; a replay answers what the
+-- first request got (admitted, or the same reservation) without taking
+-- anything.
+local first = idem_replay()
+local limiter = load_limiter()
+if first then
+  local gen, slot, k = string.match(first, '^(%d+)|(%d+)|(%d+)$')
+  if not limiter or limiter.gen ~= gen then
+    return {-1}
+  end
+  slot, k = tonumber(slot), tonumber(k)
+  if now >= slot then
+    return {1, k, available(lag(limiter.tat, limiter.frac))}
+  end
+  return {2, k, slot - now, gen, slot}
+end
+if not limiter then
+  return {-1}
+end
+local k = tonumber(ARGV[1])
+if k > B then
+  return {-2, B}
+end
+local after = add(lag(limiter.tat, limiter.frac), span(k))
+local wait = 0
+if not le(after, BT) then
+  local over = sub(after, BT)
+  wait = over[1]
+  if over[2] > 0 then
+    wait = wait + 1
+  end
+  if wait > tonumber(ARGV[2]) then
+    return {0, wait, available(lag(limiter.tat, limiter.frac))}
+  end
+end
+store_lag(after)
+redis.call('HSET', KEYS[1], 'last', ARGV[3])
+idem_record(limiter.gen .. '|' .. int(now + wait) .. '|' .. k, ARGV[4])
+if wait == 0 then
+  return {1, k, available(after)}
+end
+return {2, k, wait, limiter.gen, now + wait}

@@ -1,0 +1,28 @@
+-- rl_give_back: return the permits of an acquire whose requester is gone
+-- (it left while waiting for its reservation, or never got the answer).
+-- Runs after rl.lua.
+--
+-- ARGV[1]  the acquire's attempt id
+-- ARGV[2]  its permits k
+--
+-- Returns  1 when given back, 0 when nothing was (see below).
+--
+-- Invariant: only the last acquire is given back (`last` names it): then
+-- nothing was reserved after it, so no later waiter's promised time
+-- depends on its permits. At most k permits' time is given back, once
+-- (`last` is cleared), and never more than is taken now (the lag does not
+-- go below zero). Not after a reconfiguration (it clears `last`).
+local limiter = load_limiter()
+if not limiter or redis.call('HGET', KEYS[1], 'last') ~= ARGV[1] then
+  return 0
+end
+local l = lag(limiter.tat, limiter.frac)
+local k = span(tonumber(ARGV[2]))
+if le(k, l) then
+  l = sub(l, k)
+else
+  l = {0, 0}
+end
+store_lag(l)
+redis.call('HDEL', KEYS[1], 'last')
+return 1
