@@ -324,6 +324,12 @@ async fn phases(
         fanout,
         parked,
         alongside,
+        // A later phase (e.g. rate-limiter acquires at c=64 on one limiter
+        // and the accuracy of the admitted rate) is one module: its own
+        // `throughput::Op` (`client::Conn::send` takes a 200 or a 429),
+        // run with `throughput::drive` on `targets`, that returns a
+        // `report::Section` (rows, goals, footnotes) pushed here, its
+        // errors chained above.
         sections: Vec::new(),
         cpu_labels: targets.watch.labels(),
         errors,
