@@ -115,6 +115,22 @@ impl Conn {
         json: Option<&Bytes>,
         want: StatusCode,
     ) -> Result<Bytes, String> {
+        let (status, body) = self.send(method, path, json).await?;
+        if status != want {
+            let body = String::from_utf8_lossy(&body);
+            return Err(format!("{path}: expected {want}, got {status}: {body}"));
+        }
+        Ok(body)
+    }
+
+    /// Sends one request and reads the whole answer, whatever its status
+    /// (for callers that accept several, e.g. 200 or 429).
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        json: Option<&Bytes>,
+    ) -> Result<(StatusCode, Bytes), String> {
         let mut request = Request::builder()
             .method(method)
             .uri(path)
@@ -134,10 +150,6 @@ impl Conn {
         let body = (response.into_body().collect().await)
             .map_err(|e| format!("{path}: reading the body failed: {e}"))?
             .to_bytes();
-        if status != want {
-            let body = String::from_utf8_lossy(&body);
-            return Err(format!("{path}: expected {want}, got {status}: {body}"));
-        }
-        Ok(body)
+        Ok((status, body))
     }
 }

@@ -12,21 +12,27 @@
 //! as 0); the p99 from the moment the release was *sent* is kept as an
 //! upper bound. Redis commands per handoff (`total_commands_processed`,
 //! script-internal calls included, over the handoffs of the run) must not
-//! grow with W, for either kind: no thundering herd. The runs interleave
-//! (plain W₁ W₂, fair W₁ W₂, plain W₁ …), each on a fresh lock name.
+//! grow with W, for either kind: no thundering herd. The plain lock's
+//! floor is the same handoff done straight on Redis with one wake-up per
+//! release ([`wakeone`]), logged and paired the same way. The runs
+//! interleave (plain W₁ W₂, fair W₁ W₂, floor W₁ W₂, plain W₁ …), each on
+//! a fresh lock name.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use redis::aio::MultiplexedConnection;
 use reqwest::StatusCode;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::client;
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile};
 use crate::tasks::join_all;
+use crate::wakeone;
 
 /// Long-poll budget of a waiter: far longer than a run.
 const WAIT_MS: u64 = 30_000;
@@ -40,22 +46,26 @@ pub struct Timing {
     pub warm_up: Duration,
 }
 
-/// Which lock the waiters fight over.
+/// Which lock the waiters fight over, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Plain,
     Fair,
+    /// The same handoff straight on Redis, the plain lock's floor
+    /// ([`wakeone`]).
+    Floor,
 }
 
 impl Kind {
     /// Every kind, in the order their runs interleave.
-    pub const ALL: [Kind; 2] = [Kind::Plain, Kind::Fair];
+    pub const ALL: [Kind; 3] = [Kind::Plain, Kind::Fair, Kind::Floor];
 
-    /// The route prefix of its operations.
-    fn route(self) -> &'static str {
+    /// The route prefix of its operations (None: not over HTTP).
+    fn route(self) -> Option<&'static str> {
         match self {
-            Kind::Plain => client::LOCKS,
-            Kind::Fair => client::FAIR_LOCKS,
+            Kind::Plain => Some(client::LOCKS),
+            Kind::Fair => Some(client::FAIR_LOCKS),
+            Kind::Floor => None,
         }
     }
 
@@ -64,13 +74,14 @@ impl Kind {
         match self {
             Kind::Plain => "plain",
             Kind::Fair => "fair",
+            Kind::Floor => "floor",
         }
     }
 }
 
 /// One entry of the shared log.
 #[derive(Clone, Copy)]
-enum Event {
+pub enum Event {
     /// A 201 with `token` reached waiter `task`.
     Granted { token: u64, task: usize },
     /// The release of token `t` is about to be sent.
@@ -81,33 +92,41 @@ enum Event {
 
 /// Time-ordered log: each instant is taken under the mutex.
 #[derive(Default)]
-struct Log(Mutex<Vec<(Event, Instant)>>);
+pub struct Log(Mutex<Vec<(Event, Instant)>>);
 
 impl Log {
-    fn record(&self, event: Event) {
+    pub fn record(&self, event: Event) {
         let mut log = self.0.lock().expect("handoff log poisoned");
         log.push((event, Instant::now()));
     }
 }
 
-/// What the waiters share.
-struct Waiters {
+/// What every waiter of a run shares.
+#[derive(Default)]
+pub struct Shared {
+    pub log: Log,
+    pub stop: CancellationToken,
+    /// Waits that ended without a grant: long-polls answered 409 (must
+    /// stay 0: WAIT_MS ≫ the run), or floor waiters that looked again by
+    /// themselves and found the lock free (a lost wake-up).
+    pub timeouts: AtomicU64,
+}
+
+/// Where the HTTP waiters send their requests.
+struct Http {
     client: reqwest::Client,
     base: String,
     route: &'static str,
     name: String,
-    log: Log,
-    stop: AtomicBool,
-    /// Long-polls that ended in 409 (must stay 0: WAIT_MS ≫ the run).
-    timeouts: AtomicU64,
 }
 
 /// One waiter: acquire (long-poll), log, release, log, until stopped.
-async fn waiter(w: Arc<Waiters>, task: usize) -> Result<(), String> {
+async fn waiter(w: Arc<Shared>, http: Arc<Http>, task: usize) -> Result<(), String> {
     let holder = format!("t{task}");
-    let (base, route, name) = (w.base.as_str(), w.route, w.name.as_str());
-    while !w.stop.load(Ordering::Relaxed) {
-        let response = client::acquire(&w.client, base, route, name, &holder, WAIT_MS)
+    let (base, route, name) = (http.base.as_str(), http.route, http.name.as_str());
+    let client = &http.client;
+    while !w.stop.is_cancelled() {
+        let response = client::acquire(client, base, route, name, &holder, WAIT_MS)
             .send()
             .await
             .map_err(|e| format!("acquire: request failed: {e}"))?;
@@ -129,7 +148,7 @@ async fn waiter(w: Arc<Waiters>, task: usize) -> Result<(), String> {
             .ok_or_else(|| format!("acquire: no fencing_token in {text}"))?;
         w.log.record(Event::Granted { token, task });
         w.log.record(Event::ReleaseSent(token));
-        client::release(&w.client, base, route, name, &holder).await?;
+        client::release(client, base, route, name, &holder).await?;
         w.log.record(Event::Released(token));
     }
     Ok(())
@@ -194,38 +213,72 @@ fn ms(d: Option<Duration>) -> f64 {
     d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
+/// Where the waiters go: the service over HTTP, or Redis (the floor).
+pub struct Setup {
+    pub client: reqwest::Client,
+    /// The service's base URL.
+    pub base: String,
+    /// Statistics connection.
+    pub admin: Redis,
+    /// The floor's Redis: its URL (for the pub/sub connection) and the
+    /// scripts' shared connection.
+    pub redis_url: String,
+    pub direct: MultiplexedConnection,
+}
+
+/// Spawns a run's waiters (and the floor's subscriber) on `tasks`.
+async fn spawn(
+    setup: &Setup,
+    shared: &Arc<Shared>,
+    tasks: &mut JoinSet<Result<(), String>>,
+    (kind, name, waiters): (Kind, String, usize),
+) -> Result<(), String> {
+    let Some(route) = kind.route() else {
+        let redis = (setup.redis_url.as_str(), &setup.direct);
+        return wakeone::spawn(tasks, shared, redis, name, waiters).await;
+    };
+    let http = Arc::new(Http {
+        client: setup.client.clone(),
+        base: setup.base.clone(),
+        route,
+        name,
+    });
+    for task in 0..waiters {
+        tasks.spawn(waiter(shared.clone(), http.clone(), task));
+    }
+    Ok(())
+}
+
 /// One run with `waiters` waiters on the lock of `kind` called `name`;
 /// every error is pushed.
 async fn run(
-    client: &reqwest::Client,
-    base: &str,
-    admin: &Redis,
-    (kind, name, waiters): (Kind, String, usize),
+    setup: &Setup,
+    lock: (Kind, String, usize),
     timing: Timing,
     errors: &mut Vec<String>,
 ) -> Result<Run, String> {
-    let shared = Arc::new(Waiters {
-        client: client.clone(),
-        base: base.to_string(),
-        route: kind.route(),
-        name,
-        log: Log::default(),
-        stop: AtomicBool::new(false),
-        timeouts: AtomicU64::new(0),
-    });
+    let (shared, admin) = (Arc::new(Shared::default()), &setup.admin);
+    let kind = lock.0;
     admin.reset_stats().await?;
     let started = Instant::now();
     let mut tasks = JoinSet::new();
-    for task in 0..waiters {
-        tasks.spawn(waiter(shared.clone(), task));
+    let spawned = spawn(setup, &shared, &mut tasks, lock).await;
+    if spawned.is_ok() {
+        tokio::time::sleep(timing.run).await;
     }
-    tokio::time::sleep(timing.run).await;
-    shared.stop.store(true, Ordering::Relaxed);
+    shared.stop.cancel();
     join_all(&mut tasks, DRAIN_DEADLINE, errors).await;
+    spawned?;
     let (commands, evalsha) = (admin.total_commands().await?, admin.evalsha().await?);
     let timeouts = shared.timeouts.load(Ordering::Relaxed);
     if timeouts > 0 {
-        errors.push(format!("{timeouts} long-poll(s) timed out with 409"));
+        errors.push(match kind {
+            Kind::Floor => format!(
+                "{timeouts} grant(s) after a waiter looked by itself ({:?} without a wake-up)",
+                wakeone::RECHECK
+            ),
+            _ => format!("{timeouts} long-poll(s) timed out with 409"),
+        });
     }
     let log = std::mem::take(&mut *shared.log.0.lock().expect("handoff log poisoned"));
     let p = pair(&log, started + timing.warm_up);
@@ -261,12 +314,10 @@ pub struct Row {
     pub errors: Vec<String>,
 }
 
-/// Interleaved rounds (plain W₁ W₂, fair W₁ W₂, plain W₁ …) of every kind
-/// and waiter count; one row each, plain rows first.
+/// Interleaved rounds (plain W₁ W₂, fair W₁ W₂, floor W₁ W₂, plain W₁ …)
+/// of every kind and waiter count; one row each, in [`Kind::ALL`] order.
 pub async fn measure(
-    client: &reqwest::Client,
-    base: &str,
-    admin: &Redis,
+    setup: &Setup,
     waiter_counts: &[usize],
     rounds: usize,
     timing: Timing,
@@ -281,7 +332,7 @@ pub async fn measure(
             let kind_name = kind.name();
             let lock = (kind, format!("bench-handoff-{kind_name}-w{w}-r{round}"), w);
             let mut errs = Vec::new();
-            match run(client, base, admin, lock, timing, &mut errs).await {
+            match run(setup, lock, timing, &mut errs).await {
                 Ok(r) => runs[i].push(r),
                 Err(e) => errs.push(e),
             }

@@ -3,28 +3,33 @@
 //!
 //! It runs the real release binary as its own process against its own
 //! redis-server, with both pinned to one core and this process (the load
-//! generator) pinned to another, next to two references: a bare axum server
+//! generator) pinned to another, next to its references: a bare axum server
 //! (this benchmark re-executed, same core as the service — the HTTP
-//! ceiling) and the plain lock's Lua scripts called directly on Redis (the
-//! floor). It measures uncontended throughput and latency of plain and read
-//! locks, and of one semaphore shared by all workers with a permit for each
-//! ([`throughput`]), handoff latency and Redis commands per handoff
-//! on a plain and on a fair lock ([`handoff`]), a latch's fan-out to 100
-//! waiters on two service instances ([`fanout`]), memory per parked waiter
-//! ([`parked`]), and RedLock pairs over three nodes and multi-lock pairs
-//! next to plain-lock pairs ([`alongside`]) — and, given another build as
-//! `LATCHKEY_BENCH_BASELINE`, that build's plain-lock pairs next to this
-//! one's — each figure the median of
-//! interleaved rounds, and prints
-//! one markdown table ([`report`]). Any failed request or check makes it
-//! exit non-zero (after printing), so a broken service cannot produce a
-//! good-looking number.
+//! ceiling) and the floors, Lua scripts called directly on Redis over one
+//! multiplexed connection: each primitive's own scripts, and Redisson-style
+//! lock and semaphore scripts ([`floors`]). It measures uncontended
+//! throughput and latency of plain, read and fair locks, and of one
+//! semaphore shared by all workers with a permit for each
+//! ([`throughput`]), handoff latency and Redis commands per handoff on a
+//! plain and on a fair lock, next to the same handoff straight on Redis
+//! with one wake-up per release ([`handoff`], [`wakeone`]), a latch's
+//! fan-out to 100 waiters on two service instances ([`fanout`]), memory
+//! per parked waiter ([`parked`]), and RedLock pairs over three nodes and
+//! multi-lock pairs next to plain-lock pairs ([`alongside`]) — and, given
+//! another build as `LATCHKEY_BENCH_BASELINE`, that build's plain-lock
+//! pairs next to this one's — each figure the median of interleaved
+//! rounds, and prints the goals table ([`goals`]) and one markdown table
+//! ([`report`]). Any failed request or check (a script's reply included)
+//! makes it exit non-zero (after printing), so a broken service cannot
+//! produce a good-looking number.
 
 mod alongside;
 mod bare;
 mod client;
 mod cpu;
 mod fanout;
+mod floors;
+mod goals;
 mod handoff;
 mod parked;
 mod pinning;
@@ -34,6 +39,7 @@ mod report;
 mod stats;
 mod tasks;
 mod throughput;
+mod wakeone;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -279,15 +285,14 @@ async fn phases(
         }
     }
     let base = &children.service.base;
-    let handoff = handoff::measure(
-        &client,
-        base,
-        &admin,
-        &WAITERS,
-        settings.rounds,
-        settings.handoff,
-    )
-    .await;
+    let setup = handoff::Setup {
+        client: client.clone(),
+        base: base.clone(),
+        admin: admin.clone(),
+        redis_url: children.redis_url.clone(),
+        direct: Redis::connect(&children.redis_url).await?.conn(),
+    };
+    let handoff = handoff::measure(&setup, &WAITERS, settings.rounds, settings.handoff).await;
     let bases = [base.clone(), children.second.base.clone()];
     let fanout = fanout::measure(
         &client,
@@ -319,6 +324,13 @@ async fn phases(
         fanout,
         parked,
         alongside,
+        // A later phase (e.g. rate-limiter acquires at c=64 on one limiter
+        // and the accuracy of the admitted rate) is one module: its own
+        // `throughput::Op` (`client::Conn::send` takes a 200 or a 429),
+        // run with `throughput::drive` on `targets`, that returns a
+        // `report::Section` (rows, goals, footnotes) pushed here, its
+        // errors chained above.
+        sections: Vec::new(),
         cpu_labels: targets.watch.labels(),
         errors,
     })

@@ -1,9 +1,15 @@
-//! The output: machine notes, then ONE markdown table, then footnotes.
-//! The throughput rows come per concurrency: plain-lock, read-lock and
-//! semaphore pairs (the semaphore's against the plain lock's direct floor,
-//! its share of the plain-lock rate and its c=64 latencies in a footnote).
+//! The output: machine notes, the goals table ([`goals`]), then ONE
+//! markdown table of every figure, then footnotes. The throughput rows
+//! come per concurrency: plain-lock, read-lock, semaphore and fair-lock
+//! pairs, each against its own scripts called directly (the direct
+//! column), and the plain lock's and the semaphore's against the
+//! Redisson-style scripts; their shares of the plain-lock rate, Redis costs
+//! and c=64 latencies are in footnotes. A phase added later brings its
+//! rows, goals and footnotes as a [`Section`].
 
-use crate::{alongside, fanout, handoff, parked, throughput};
+use crate::floors::{Floor, Redisson};
+use crate::throughput::{Kind, Primitive, own};
+use crate::{alongside, fanout, goals, handoff, parked, throughput};
 
 /// Everything measured.
 pub struct Report {
@@ -15,13 +21,36 @@ pub struct Report {
     pub parked: Vec<parked::Row>,
     /// Kinds measured next to plain locks.
     pub alongside: Vec<alongside::Row>,
+    /// What later phases add (rows, goals, footnotes).
+    pub sections: Vec<Section>,
     /// Labels of the CPU figures of the throughput rows.
     pub cpu_labels: Vec<String>,
     pub errors: Vec<String>,
 }
 
+/// What one phase adds to the report: rows of the main table (after the
+/// others), goals, footnotes. Its errors go to [`Report::errors`].
+#[derive(Debug, Default)]
+pub struct Section {
+    pub rows: Vec<Line>,
+    pub goals: Vec<goals::Goal>,
+    pub notes: Vec<String>,
+}
+
+/// A row of the main table.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub measure: String,
+    pub latchkey: f64,
+    /// The direct column (NaN: none).
+    pub direct: f64,
+    /// The bare column (NaN: none).
+    pub bare: f64,
+    pub decimals: usize,
+}
+
 /// A figure with `decimals` digits, "—" when there is none.
-fn fig(value: f64, decimals: usize) -> String {
+pub fn fig(value: f64, decimals: usize) -> String {
     if value.is_finite() {
         format!("{value:.decimals$}")
     } else {
@@ -43,79 +72,123 @@ fn row(measure: &str, latchkey: f64, direct: f64, bare: f64, decimals: usize) {
 
 const NONE: f64 = f64::NAN;
 
+/// The label of a primitive's pairs row (plain locks keep the label of
+/// earlier runs).
+fn pairs_label(p: Primitive, c: usize) -> String {
+    match p {
+        Primitive::Lock => format!("acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
+        Primitive::Semaphore => format!(
+            "semaphore acquire+release pairs/s, c={c}, all on one semaphore of {} permits \
+             (direct: its own scripts, all on one such semaphore; bare: pairs of GETs)",
+            throughput::SEM_PERMITS
+        ),
+        p => format!(
+            "{} acquire+release pairs/s, c={c} (bare: pairs of GETs)",
+            p.name()
+        ),
+    }
+}
+
 fn throughput_rows(rows: &[throughput::Row]) {
     for r in rows {
         let c = r.c;
-        let bare_pairs = r.bare_rps / 2.0;
-        row(
-            &format!("acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
-            r.latchkey_pairs,
-            r.direct_pairs,
-            bare_pairs,
-            0,
-        );
-        // The direct floor is the plain lock's scripts: no ratio to it.
-        row(
-            &format!("read-lock acquire+release pairs/s, c={c} (bare: pairs of GETs)"),
-            r.read_pairs,
-            NONE,
-            bare_pairs,
-            0,
-        );
-        // Against the same floor as plain locks (their scripts): how far
-        // the semaphore is from the cheapest acquire+release there is.
-        row(
-            &format!(
-                "semaphore acquire+release pairs/s, c={c}, all on one semaphore of {} permits \
-                 (direct: the plain lock's scripts; bare: pairs of GETs)",
-                throughput::SEM_PERMITS
-            ),
-            r.sem_pairs,
-            r.direct_pairs,
-            bare_pairs,
-            0,
-        );
+        let bare_pairs = r.per_s(Kind::Bare) / 2.0;
+        for p in Primitive::ALL {
+            let http = r.per_s(Kind::Http(p));
+            row(&pairs_label(p, c), http, r.per_s(own(p)), bare_pairs, 0);
+            let redisson = match p {
+                Primitive::Lock => Redisson::Lock,
+                Primitive::Semaphore => Redisson::Semaphore,
+                _ => continue,
+            };
+            row(
+                &redisson_label(redisson, c),
+                http,
+                r.per_s(Kind::Floor(Floor::Redisson(redisson))),
+                bare_pairs,
+                0,
+            );
+        }
     }
     for r in rows.iter().filter(|r| r.c == 64) {
         row(
             "GET req/s, c=64: latchkey `/healthz` vs bare `/`",
-            r.healthz_rps,
+            r.per_s(Kind::Healthz),
             NONE,
-            r.bare_rps,
+            r.per_s(Kind::Bare),
             0,
         );
     }
     for r in rows.iter().filter(|r| r.c == 1) {
+        let (acquire, direct, bare) = (
+            r.of(Kind::Http(Primitive::Lock)),
+            r.of(own(Primitive::Lock)),
+            r.of(Kind::Bare).acquire_p50_us(),
+        );
         row(
             "p50 µs, c=1: acquire (direct: one script call; bare: one GET)",
-            r.acquire_p50_us,
-            r.direct_acquire_p50_us,
-            r.bare_p50_us,
+            acquire.acquire_p50_us(),
+            direct.acquire_p50_us(),
+            bare,
             0,
         );
         row(
             "p50 µs, c=1: release (direct: one script call; bare: one GET)",
-            r.release_p50_us,
-            r.direct_release_p50_us,
-            r.bare_p50_us,
+            acquire.release_p50_us(),
+            direct.release_p50_us(),
+            bare,
+            0,
+        );
+        row(
+            "p50 µs, c=1: acquire (direct: the bound, one bare GET + one script call)",
+            acquire.acquire_p50_us(),
+            bound_us(r),
+            NONE,
             0,
         );
         row(
             "p50 µs, c=1: GET `/healthz` (bare: GET `/`)",
-            r.healthz_p50_us,
+            r.of(Kind::Healthz).acquire_p50_us(),
             NONE,
-            r.bare_p50_us,
+            bare,
             0,
         );
     }
     for r in rows {
-        row(
-            &format!("Redis µs per EVALSHA (usec_per_call), c={}", r.c),
-            r.redis_us_latchkey,
-            r.redis_us_direct,
-            NONE,
-            2,
-        );
+        for p in Primitive::ALL {
+            let what = match p {
+                Primitive::Lock => String::new(),
+                p => format!(", {}", p.name()),
+            };
+            row(
+                &format!("Redis µs per EVALSHA (usec_per_call){what}, c={}", r.c),
+                r.of(Kind::Http(p)).redis_us,
+                r.of(own(p)).redis_us,
+                NONE,
+                2,
+            );
+        }
+    }
+}
+
+/// The acquire's bound at c=1: one bare round trip plus one script call.
+pub fn bound_us(r: &throughput::Row) -> f64 {
+    r.of(Kind::Bare).acquire_p50_us() + r.of(own(Primitive::Lock)).acquire_p50_us()
+}
+
+/// The label of a row against a Redisson-style floor.
+fn redisson_label(r: Redisson, c: usize) -> String {
+    match r {
+        Redisson::Lock => format!(
+            "acquire+release pairs/s, c={c} vs Redisson-style RLock scripts (direct: those \
+             scripts pipelined on one connection; bare: pairs of GETs)"
+        ),
+        Redisson::Semaphore => format!(
+            "semaphore acquire+release pairs/s, c={c} vs Redisson-style permit-expirable \
+             semaphore scripts (direct: those scripts pipelined on one connection, one \
+             semaphore of {} permits; bare: pairs of GETs)",
+            throughput::SEM_PERMITS
+        ),
     }
 }
 
@@ -125,30 +198,48 @@ fn handoff_label(kind: handoff::Kind) -> &'static str {
     match kind {
         handoff::Kind::Plain => "handoff",
         handoff::Kind::Fair => "fair handoff",
+        handoff::Kind::Floor => "wake-one floor handoff (straight on Redis)",
     }
 }
 
+/// The floor's run with `waiters` waiters, next to the plain lock's.
+fn floor_of<'a>(rows: &'a [handoff::Row], r: &handoff::Row) -> Option<&'a handoff::Row> {
+    let floor = |f: &&handoff::Row| f.kind == handoff::Kind::Floor && f.waiters == r.waiters;
+    match r.kind {
+        handoff::Kind::Plain => rows.iter().find(floor),
+        _ => None,
+    }
+}
+
+/// The plain and fair handoffs; the plain lock's next to its floor (the
+/// direct column), whose own figures are in the footnotes.
 fn handoff_rows(rows: &[handoff::Row]) {
-    for r in rows {
+    for r in rows.iter().filter(|r| r.kind != handoff::Kind::Floor) {
         let (what, w) = (handoff_label(r.kind), r.waiters);
+        let floor = |f: fn(&handoff::Row) -> f64| floor_of(rows, r).map_or(NONE, f);
+        let direct = if r.kind == handoff::Kind::Plain {
+            " (direct: the wake-one floor)"
+        } else {
+            ""
+        };
         row(
-            &format!("{what} p50 ms, {w} waiters (release reply → next grant)"),
+            &format!("{what} p50 ms, {w} waiters (release reply → next grant){direct}"),
             r.p50_ms,
-            NONE,
+            floor(|f| f.p50_ms),
             NONE,
             2,
         );
         row(
-            &format!("{what} p99 ms, {w} waiters"),
+            &format!("{what} p99 ms, {w} waiters{direct}"),
             r.p99_ms,
-            NONE,
+            floor(|f| f.p99_ms),
             NONE,
             2,
         );
         row(
-            &format!("Redis commands per {what}, {w} waiters"),
+            &format!("Redis commands per {what}, {w} waiters{direct}"),
             r.commands_per,
-            NONE,
+            floor(|f| f.commands_per),
             NONE,
             2,
         );
@@ -201,13 +292,13 @@ fn parked_rows(rows: &[parked::Row]) {
 /// Which side was saturated, per concurrency (only figures ≥ 1%).
 fn busy_footnotes(rows: &[throughput::Row], labels: &[String]) {
     for r in rows {
-        let kinds: Vec<String> = (r.busy.iter())
-            .map(|(kind, busy)| {
-                let parts: Vec<String> = (labels.iter().zip(busy))
+        let kinds: Vec<String> = (r.kinds.iter())
+            .map(|(kind, figures)| {
+                let parts: Vec<String> = (labels.iter().zip(&figures.busy))
                     .filter(|(_, v)| **v >= 1.0)
                     .map(|(label, v)| format!("{label} {v:.0}"))
                     .collect();
-                format!("{kind}: {}", parts.join(", "))
+                format!("{}: {}", kind.name(), parts.join(", "))
             })
             .collect();
         println!(
@@ -239,60 +330,80 @@ fn growth_footnote(rows: &[handoff::Row]) {
     }
 }
 
-/// The read-lock pairs against the plain-lock pairs of the same rounds.
-fn read_lock_footnote(rows: &[throughput::Row]) {
-    let each = |f: fn(&throughput::Row) -> f64, decimals: usize| -> String {
-        let parts: Vec<String> = (rows.iter())
-            .map(|r| format!("c={} {}", r.c, fig(f(r), decimals)))
-            .collect();
-        parts.join(", ")
-    };
-    let ratio = each(|r| r.read_pairs / r.latchkey_pairs, 2);
-    let redis_us = each(|r| r.redis_us_read, 2);
-    let latency: Vec<String> = (rows.iter().filter(|r| r.c == 1))
-        .map(|r| {
-            format!(
-                "; p50 µs at c=1: acquire {}, release {}",
-                fig(r.read_acquire_p50_us, 0),
-                fig(r.read_release_p50_us, 0)
-            )
-        })
+/// `f` of every row: "c=1 x, c=16 y, …".
+fn each_c(rows: &[throughput::Row], f: impl Fn(&throughput::Row) -> f64) -> String {
+    let parts: Vec<String> = (rows.iter())
+        .map(|r| format!("c={} {}", r.c, fig(f(r), 2)))
         .collect();
-    println!(
-        "- read-lock pairs (`/rwlocks/{{name}}/read/acquire`, then release) ÷ plain-lock \
-         pairs: {ratio}; Redis µs per EVALSHA behind them: {redis_us}{}.",
-        latency.concat()
-    );
+    parts.join(", ")
 }
 
-/// The semaphore pairs against the plain-lock pairs of the same rounds;
-/// the latencies at the concurrency they are meant for (c=64).
-fn semaphore_footnote(rows: &[throughput::Row]) {
-    let each = |f: fn(&throughput::Row) -> f64| -> String {
-        let parts: Vec<String> = (rows.iter())
-            .map(|r| format!("c={} {}", r.c, fig(f(r), 2)))
+/// The read-lock, semaphore and fair-lock pairs against the plain-lock
+/// pairs of the same rounds and against their own floors; their Redis
+/// cost next to the plain lock's; their latencies at c=64.
+fn primitive_footnotes(rows: &[throughput::Row]) {
+    let plain = Kind::Http(Primitive::Lock);
+    for p in [
+        Primitive::ReadLock,
+        Primitive::Semaphore,
+        Primitive::FairLock,
+    ] {
+        let http = Kind::Http(p);
+        let what = match p {
+            Primitive::Semaphore => format!(
+                "semaphore pairs (every worker on ONE semaphore of {} permits, one permit \
+                 each: nothing waits, all contend on its keys)",
+                throughput::SEM_PERMITS
+            ),
+            Primitive::ReadLock => {
+                "read-lock pairs (`/rwlocks/{name}/read/acquire`, then release)".to_string()
+            }
+            _ => "fair-lock pairs (`/fair-locks/{name}/acquire`, then release)".to_string(),
+        };
+        let latency: Vec<String> = (rows.iter().filter(|r| r.c == 64))
+            .map(|r| {
+                format!(
+                    "; p50 µs at c=64: acquire {}, release {} (plain lock: {}, {})",
+                    fig(r.of(http).acquire_p50_us(), 0),
+                    fig(r.of(http).release_p50_us(), 0),
+                    fig(r.of(plain).acquire_p50_us(), 0),
+                    fig(r.of(plain).release_p50_us(), 0),
+                )
+            })
             .collect();
-        parts.join(", ")
-    };
-    let ratio = each(|r| r.sem_pairs / r.latchkey_pairs);
-    let redis_us = each(|r| r.redis_us_sem);
-    let latency: Vec<String> = (rows.iter().filter(|r| r.c == 64))
-        .map(|r| {
-            format!(
-                "; p50 µs at c=64: acquire {}, release {} (plain lock: {}, {})",
-                fig(r.sem_acquire_p50_us, 0),
-                fig(r.sem_release_p50_us, 0),
-                fig(r.acquire_p50_us, 0),
-                fig(r.release_p50_us, 0),
-            )
-        })
-        .collect();
+        println!(
+            "- {what} ÷ plain-lock pairs (each worker on its own lock): {}; ÷ its own \
+             floor: {}; its floor ÷ the plain lock's: {}; Redis µs per EVALSHA behind them: \
+             {} (÷ the plain lock's: {}); called directly: {} (÷ the plain lock's scripts: \
+             {}){}.",
+            each_c(rows, |r| r.per_s(http) / r.per_s(plain)),
+            each_c(rows, |r| r.per_s(http) / r.per_s(own(p))),
+            each_c(rows, |r| r.per_s(own(p)) / r.per_s(own(Primitive::Lock))),
+            each_c(rows, |r| r.of(http).redis_us),
+            each_c(rows, |r| r.of(http).redis_us / r.of(plain).redis_us),
+            each_c(rows, |r| r.of(own(p)).redis_us),
+            each_c(rows, |r| r.of(own(p)).redis_us
+                / r.of(own(Primitive::Lock)).redis_us),
+            latency.concat()
+        );
+    }
+}
+
+/// How the Redisson-style floors compare with latchkey's own scripts.
+fn redisson_footnote(rows: &[throughput::Row]) {
+    let lock = Kind::Floor(Floor::Redisson(Redisson::Lock));
+    let sem = Kind::Floor(Floor::Redisson(Redisson::Semaphore));
     println!(
-        "- semaphore pairs (every worker on ONE semaphore of {} permits, one permit each: \
-         nothing waits, all contend on its keys) ÷ plain-lock pairs (each worker on its own \
-         lock): {ratio}; Redis µs per EVALSHA behind them: {redis_us}{}.",
+        "- Redisson-style floors (EVALSHA pipelined on one connection, as a Redisson client \
+         sends them; the scripts are in benches/latchkey_bench/floors.rs): RLock pairs ÷ \
+         latchkey's own lock scripts: {}; Redis µs per EVALSHA: {}; permit-expirable \
+         semaphore pairs (one semaphore of {} permits, one permit each) ÷ latchkey's own \
+         semaphore scripts: {}; Redis µs per EVALSHA: {}.",
+        each_c(rows, |r| r.per_s(lock) / r.per_s(own(Primitive::Lock))),
+        each_c(rows, |r| r.of(lock).redis_us),
         throughput::SEM_PERMITS,
-        latency.concat()
+        each_c(rows, |r| r.per_s(sem) / r.per_s(own(Primitive::Semaphore))),
+        each_c(rows, |r| r.of(sem).redis_us),
     );
 }
 
@@ -302,7 +413,7 @@ fn alongside_rows(report: &Report) {
     for r in &report.alongside {
         let bare = (report.throughput.iter())
             .find(|t| t.c == r.c)
-            .map_or(NONE, |t| t.bare_rps / 2.0);
+            .map_or(NONE, |t| t.per_s(Kind::Bare) / 2.0);
         row(
             &format!(
                 "{} acquire+release pairs/s, c={} (bare: pairs of GETs)",
@@ -338,13 +449,14 @@ fn alongside_footnote(rows: &[alongside::Row]) {
 
 fn footnotes(report: &Report) {
     busy_footnotes(&report.throughput, &report.cpu_labels);
-    read_lock_footnote(&report.throughput);
-    semaphore_footnote(&report.throughput);
+    primitive_footnotes(&report.throughput);
+    redisson_footnote(&report.throughput);
     alongside_footnote(&report.alongside);
     for r in &report.handoff {
         let rewon = match r.kind {
             handoff::Kind::Plain => "not a fair lock",
             handoff::Kind::Fair => "it re-queues at the tail: 0 expected",
+            handoff::Kind::Floor => "it waits for a wake-up like the others",
         };
         println!(
             "- {}, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
@@ -377,6 +489,9 @@ fn footnotes(report: &Report) {
             fig(r.rss_idle_kib / 1024.0, 1)
         );
     }
+    for note in report.sections.iter().flat_map(|s| &s.notes) {
+        println!("- {note}");
+    }
     println!("- errors: {}.", report.errors.len());
 }
 
@@ -387,6 +502,8 @@ pub fn print(report: &Report) {
         println!("- {note}");
     }
     println!();
+    goals::print(&goals::of(report));
+    println!();
     println!(
         "| measure | latchkey | direct floor | bare axum | latchkey ÷ direct | latchkey ÷ bare |"
     );
@@ -396,6 +513,15 @@ pub fn print(report: &Report) {
     handoff_rows(&report.handoff);
     fanout_rows(&report.fanout);
     parked_rows(&report.parked);
+    for line in report.sections.iter().flat_map(|s| &s.rows) {
+        row(
+            &line.measure,
+            line.latchkey,
+            line.direct,
+            line.bare,
+            line.decimals,
+        );
+    }
     println!();
     footnotes(report);
 }

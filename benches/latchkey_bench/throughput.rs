@@ -1,12 +1,14 @@
 //! Throughput and latency where nothing ever waits. `c` workers run one
-//! kind of operation in a loop, each on its own lock name but for the
-//! semaphore kind, where all of them share one semaphore:
+//! kind of operation in a loop, each on its own object but for the
+//! semaphore kinds, where all of them share one semaphore:
 //!
-//! - **latchkey**: `POST /locks/{name}/acquire` (201) then
+//! - **latchkey** (plain locks): `POST /locks/{name}/acquire` (201) then
 //!   `DELETE /locks/{name}/holders/{holder}` (200) on the service;
 //! - **read-lock**: the same pair on a read-write lock's read side,
 //!   `POST /rwlocks/{name}/read/acquire` (201) then
 //!   `DELETE /rwlocks/{name}/holders/{holder}` (200);
+//! - **fair-lock**: `POST /fair-locks/{name}/acquire` (201) then
+//!   `DELETE /fair-locks/{name}/holders/{holder}` (200);
 //! - **semaphore**: `POST /semaphores/{name}/acquire` (201, one permit)
 //!   then `DELETE /semaphores/{name}/holders/{holder}` (200), every worker
 //!   on the SAME semaphore, configured once per row with
@@ -14,16 +16,21 @@
 //!   waits (a 409 would fail the run), but all of them contend on that
 //!   one semaphore's keys. It runs at every concurrency like the others;
 //!   the figure it is meant for is c = 64;
-//! - **direct**: the plain lock's two Lua scripts, EVALSHA on one
-//!   multiplexed redis connection shared by all workers (their commands
-//!   pipeline on it) — the floor no HTTP front-end can beat;
+//! - **floors** ([`floors`]): each primitive's own two Lua scripts, and
+//!   Redisson-style lock and semaphore scripts, EVALSHA on one multiplexed
+//!   redis connection shared by all workers (their commands pipeline on
+//!   it) — what no HTTP front-end can beat, and what a Java Redisson user
+//!   runs;
 //! - **bare** / **healthz**: `GET /` on the bare axum server and
 //!   `GET /healthz` on latchkey — the HTTP ceiling, and latchkey's own
 //!   routing and layers without Redis.
 //!
-//! The kinds' rounds are interleaved (L R S D B H L R S D B H …) and each
-//! figure is the median over rounds, so all columns of a row see the same
-//! noise.
+//! The kinds' rounds are interleaved ([`Kind::all`] in order, round after
+//! round) and each figure is the median over rounds, so all columns of a
+//! row see the same noise. Redis's CPU per EVALSHA is read after every
+//! round (`CONFIG RESETSTAT` before it).
+//!
+//! [`floors`]: crate::floors
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,8 +43,9 @@ use hyper::{Method, StatusCode};
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
 
-use crate::client::{Conn, LEASE_MS};
+use crate::client::{self, Conn, LEASE_MS};
 use crate::cpu::Watch;
+use crate::floors::Floor;
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile_us};
 use crate::tasks::join_all;
@@ -48,9 +56,6 @@ pub const SEM_PERMITS: usize = 64;
 
 /// Workers must stop within this after a round ends.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
-
-/// The lock scripts, exactly as the service embeds them.
-use latchkey::store::scripts::{LOCK_ACQUIRE, LOCK_RELEASE, Publish};
 
 /// Warm-up and measured length of one round.
 #[derive(Clone, Copy, Debug)]
@@ -122,20 +127,20 @@ pub async fn drive<O: Op>(ops: Vec<O>, timing: Timing, watch: &Watch) -> Round {
 }
 
 /// A connection opened on first use (in the warm-up).
-struct Lazy {
+pub struct Lazy {
     base: Arc<str>,
     conn: Option<Conn>,
 }
 
 impl Lazy {
-    fn new(base: &Arc<str>) -> Lazy {
+    pub fn new(base: &Arc<str>) -> Lazy {
         Lazy {
             base: base.clone(),
             conn: None,
         }
     }
 
-    async fn get(&mut self) -> Result<&mut Conn, String> {
+    pub async fn get(&mut self) -> Result<&mut Conn, String> {
         if self.conn.is_none() {
             self.conn = Some(Conn::open(&self.base).await?);
         }
@@ -196,50 +201,82 @@ impl Op for Get {
     }
 }
 
-/// direct: the two scripts on the shared multiplexed connection.
-struct DirectPair {
-    conn: MultiplexedConnection,
-    scripts: Arc<(redis::Script, redis::Script)>,
-    keys: [String; 3],
-    holder: String,
-    /// Attempt ids, one per acquire, as the service sends them.
-    attempts: u64,
+/// A primitive measured over HTTP (and, as a floor, by its own scripts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Primitive {
+    Lock,
+    ReadLock,
+    Semaphore,
+    FairLock,
 }
 
-impl Op for DirectPair {
-    async fn run(&mut self) -> Result<Vec<Duration>, String> {
-        let [lock, fence, channel] = &self.keys;
-        self.attempts += 1;
-        let attempt = format!("{}.{}", self.holder, self.attempts);
-        let t0 = Instant::now();
-        let undone = format!("{lock}:undone:{attempt}");
-        // The lock family's common arguments, then the script's own.
-        let acquired: Vec<i64> = (self.scripts.0.key(lock).key(fence).key(undone))
-            .arg(channel)
-            .arg(&self.holder)
-            .arg("")
-            .arg("")
-            .arg(LEASE_MS)
-            .arg(attempt)
-            .invoke_async(&mut self.conn)
-            .await
-            .map_err(|e| format!("direct acquire: {e}"))?;
-        let t1 = Instant::now();
-        let released: Vec<i64> = (self.scripts.1.key(lock).arg(channel))
-            .arg(&self.holder)
-            .arg("")
-            .arg("")
-            .arg("0")
-            .invoke_async(&mut self.conn)
-            .await
-            .map_err(|e| format!("direct release: {e}"))?;
-        match (acquired.first(), released.first()) {
-            (Some(1), Some(1)) => Ok(vec![t1 - t0, t1.elapsed()]),
-            _ => Err(format!(
-                "direct: acquire {acquired:?}, release {released:?}"
-            )),
+impl Primitive {
+    /// Every primitive, in the order its rounds run.
+    pub const ALL: [Primitive; 4] = [
+        Primitive::Lock,
+        Primitive::ReadLock,
+        Primitive::Semaphore,
+        Primitive::FairLock,
+    ];
+
+    /// Its short name (columns, errors, CPU notes); plain locks keep the
+    /// name of earlier runs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Lock => "latchkey",
+            Primitive::ReadLock => "read-lock",
+            Primitive::Semaphore => "semaphore",
+            Primitive::FairLock => "fair-lock",
         }
     }
+
+    /// Route prefix and acquire path of its pairs.
+    fn route(self) -> (&'static str, &'static str) {
+        match self {
+            Primitive::Lock => (client::LOCKS, "acquire"),
+            Primitive::ReadLock => ("/rwlocks", "read/acquire"),
+            Primitive::Semaphore => (SEMAPHORES, "acquire"),
+            Primitive::FairLock => (client::FAIR_LOCKS, "acquire"),
+        }
+    }
+}
+
+/// What one round runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// Acquire+release pairs over HTTP on the service.
+    Http(Primitive),
+    /// Script pairs straight on Redis ([`floors`]).
+    Floor(Floor),
+    /// `GET /` on the bare axum server.
+    Bare,
+    /// `GET /healthz` on the service.
+    Healthz,
+}
+
+impl Kind {
+    /// Every kind, in the order their rounds interleave: the service's
+    /// pairs, the floors, the GETs.
+    pub fn all() -> Vec<Kind> {
+        (Primitive::ALL.map(Kind::Http).into_iter())
+            .chain(Floor::all().map(Kind::Floor))
+            .chain([Kind::Bare, Kind::Healthz])
+            .collect()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Http(p) => p.name(),
+            Kind::Floor(f) => f.name(),
+            Kind::Bare => "bare",
+            Kind::Healthz => "healthz",
+        }
+    }
+}
+
+/// The floor of a primitive: its own scripts called directly.
+pub const fn own(p: Primitive) -> Kind {
+    Kind::Floor(Floor::Own(p))
 }
 
 /// Everything a throughput round needs.
@@ -248,7 +285,7 @@ pub struct Targets {
     /// Another build of the service, when one is compared (`LATCHKEY_BENCH_BASELINE`).
     pub baseline: Option<String>,
     pub bare: String,
-    /// The direct floor's one connection.
+    /// The floors' one connection.
     pub direct: MultiplexedConnection,
     /// Statistics connection.
     pub admin: Redis,
@@ -256,36 +293,72 @@ pub struct Targets {
     pub watch: Watch,
 }
 
+/// The medians of one kind at one concurrency.
+#[derive(Clone, Debug)]
+pub struct Figures {
+    /// Operations (pairs, or GETs) per second.
+    pub per_s: f64,
+    /// p50 µs of the acquire (or the GET) and of the release (NaN for a
+    /// GET).
+    pub step_p50_us: [f64; 2],
+    /// Redis CPU µs per EVALSHA (NaN where there was none).
+    pub redis_us: f64,
+    /// Busy % of each of [`Watch::labels`].
+    pub busy: Vec<f64>,
+}
+
+/// The figures of a kind that did not run.
+static NO_FIGURES: Figures = Figures {
+    per_s: f64::NAN,
+    step_p50_us: [f64::NAN; 2],
+    redis_us: f64::NAN,
+    busy: Vec::new(),
+};
+
+impl Figures {
+    pub fn acquire_p50_us(&self) -> f64 {
+        self.step_p50_us[0]
+    }
+
+    pub fn release_p50_us(&self) -> f64 {
+        self.step_p50_us[1]
+    }
+
+    /// Field-wise medians over rounds.
+    fn median(rounds: &[Figures]) -> Figures {
+        let m = |f: &dyn Fn(&Figures) -> f64| median(rounds.iter().map(f).collect());
+        let busy_len = rounds.iter().map(|r| r.busy.len()).max().unwrap_or(0);
+        Figures {
+            per_s: m(&|r| r.per_s),
+            step_p50_us: [0, 1].map(|i| m(&|r| r.step_p50_us[i])),
+            redis_us: m(&|r| r.redis_us),
+            busy: (0..busy_len)
+                .map(|i| m(&|r| r.busy.get(i).copied().unwrap_or(f64::NAN)))
+                .collect(),
+        }
+    }
+}
+
 /// One row of results at concurrency `c` (medians over rounds).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Row {
     pub c: usize,
-    pub latchkey_pairs: f64,
-    /// Read-lock acquire+release pairs per second.
-    pub read_pairs: f64,
-    /// Semaphore acquire+release pairs per second, all workers on one
-    /// semaphore of [`SEM_PERMITS`] permits.
-    pub sem_pairs: f64,
-    pub direct_pairs: f64,
-    pub bare_rps: f64,
-    pub healthz_rps: f64,
-    pub acquire_p50_us: f64,
-    pub release_p50_us: f64,
-    pub read_acquire_p50_us: f64,
-    pub read_release_p50_us: f64,
-    pub sem_acquire_p50_us: f64,
-    pub sem_release_p50_us: f64,
-    pub direct_acquire_p50_us: f64,
-    pub direct_release_p50_us: f64,
-    pub bare_p50_us: f64,
-    pub healthz_p50_us: f64,
-    pub redis_us_latchkey: f64,
-    pub redis_us_read: f64,
-    pub redis_us_sem: f64,
-    pub redis_us_direct: f64,
-    /// Busy % of (server core, client core) per kind, medians.
-    pub busy: Vec<(&'static str, Vec<f64>)>,
+    /// Every kind of [`Kind::all`], in that order.
+    pub kinds: Vec<(Kind, Figures)>,
     pub errors: Vec<String>,
+}
+
+impl Row {
+    pub fn of(&self, kind: Kind) -> &Figures {
+        (self.kinds.iter())
+            .find(|(k, _)| *k == kind)
+            .map_or(&NO_FIGURES, |(_, f)| f)
+    }
+
+    /// Operations per second of `kind`.
+    pub fn per_s(&self, kind: Kind) -> f64 {
+        self.of(kind).per_s
+    }
 }
 
 impl HttpPair {
@@ -306,6 +379,11 @@ impl HttpPair {
 /// Route prefix of semaphores.
 const SEMAPHORES: &str = "/semaphores";
 
+/// The one semaphore of the semaphore pairs at concurrency `c`.
+fn semaphore_name(c: usize) -> String {
+    format!("bench-semaphore-c{c}")
+}
+
 impl Targets {
     /// Acquire+release pairs on `route`, each worker on its own name.
     pub fn http_pairs(&self, c: usize, route: &str, acquire: &str) -> Vec<HttpPair> {
@@ -324,12 +402,18 @@ impl Targets {
             .collect()
     }
 
-    /// Acquire+release pairs of one permit each, every worker (its own
-    /// holder) on the one semaphore `name`.
-    fn sem_pairs(&self, c: usize, name: &str) -> Vec<HttpPair> {
+    /// Acquire+release pairs of `p`: each worker on its own name, but for
+    /// semaphores, where every worker (its own holder) takes one permit of
+    /// the one semaphore of this concurrency.
+    fn primitive_pairs(&self, p: Primitive, c: usize) -> Vec<HttpPair> {
+        let (route, acquire) = p.route();
+        if p != Primitive::Semaphore {
+            return self.http_pairs(c, route, acquire);
+        }
         let base: Arc<str> = self.latchkey.as_str().into();
+        let name = semaphore_name(c);
         (0..c)
-            .map(|i| HttpPair::new(&base, SEMAPHORES, name, "acquire", &format!("h{i}")))
+            .map(|i| HttpPair::new(&base, route, &name, acquire, &format!("h{i}")))
             .collect()
     }
 
@@ -372,26 +456,6 @@ impl Targets {
         .map_err(|e| format!("configuring the semaphore: {e}"))
     }
 
-    fn direct_pairs(&self, c: usize) -> Vec<DirectPair> {
-        let scripts = Arc::new((
-            LOCK_ACQUIRE.redis(Publish::Classic).clone(),
-            LOCK_RELEASE.redis(Publish::Classic).clone(),
-        ));
-        (0..c)
-            .map(|i| {
-                // The service's key layout, under a prefix of our own.
-                let key = |part: &str| format!("bench-direct:{{bench-c{c}-{i}}}:{part}");
-                DirectPair {
-                    conn: self.direct.clone(),
-                    scripts: scripts.clone(),
-                    keys: [key("lock"), key("lock:fence"), key("lock:wake")],
-                    holder: format!("h{i}"),
-                    attempts: 0,
-                }
-            })
-            .collect()
-    }
-
     fn gets(&self, base: &str, path: &'static str, c: usize) -> Vec<Get> {
         let base: Arc<str> = base.into();
         (0..c)
@@ -402,12 +466,36 @@ impl Targets {
             .collect()
     }
 
+    /// The semaphores of concurrency `c` (the service's and the floors'),
+    /// configured once; every round reuses them (each pair gives its
+    /// permit back).
+    async fn set_up(&self, c: usize) -> Result<(), String> {
+        self.configure_semaphore(&semaphore_name(c)).await?;
+        for floor in Floor::all() {
+            floor.set_up(&mut self.direct.clone(), c).await?;
+        }
+        Ok(())
+    }
+
+    /// One round of `kind` at concurrency `c`.
+    async fn round(&self, kind: Kind, c: usize, timing: Timing) -> Round {
+        let watch = &self.watch;
+        match kind {
+            Kind::Http(p) => drive(self.primitive_pairs(p, c), timing, watch).await,
+            Kind::Floor(f) => drive(f.pairs(&self.direct, c), timing, watch).await,
+            Kind::Bare => drive(self.gets(&self.bare, "/", c), timing, watch).await,
+            Kind::Healthz => drive(self.gets(&self.latchkey, "/healthz", c), timing, watch).await,
+        }
+    }
+
     /// Runs `round` between a stats reset and a read of Redis's CPU time
-    /// per EVALSHA (NaN if that failed; the error is kept).
-    async fn with_redis_cpu(&self, round: impl Future<Output = Round>) -> (Round, f64) {
+    /// per EVALSHA (NaN when there was no EVALSHA, or the read failed:
+    /// then the error is kept).
+    pub async fn with_redis_cpu(&self, round: impl Future<Output = Round>) -> (Round, f64) {
         let reset = self.admin.reset_stats().await;
         let mut round = round.await;
         match reset.and(self.admin.evalsha().await) {
+            Ok(stats) if stats.calls == 0 => (round, f64::NAN),
             Ok(stats) => (round, stats.usec_per_call),
             Err(e) => {
                 round.errors.push(e);
@@ -417,89 +505,39 @@ impl Targets {
     }
 }
 
-/// The six kinds: their names, and the column names of their steps.
-const KINDS: [(&str, &[&str]); 6] = [
-    ("latchkey", &["acq", "rel"]),
-    ("read-lock", &["acq", "rel"]),
-    ("semaphore", &["acq", "rel"]),
-    ("direct", &["acq", "rel"]),
-    ("bare", &["p50"]),
-    ("healthz", &["p50"]),
-];
-
-/// Interleaved rounds of the six kinds at concurrency `c` (at most
+/// Interleaved rounds of every kind at concurrency `c` (at most
 /// [`SEM_PERMITS`]); medians.
 pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Row {
-    let mut cols: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut per_kind: BTreeMap<Kind, Vec<Figures>> = BTreeMap::new();
     let mut errors = Vec::new();
-    // A fresh semaphore per row, configured once; every round reuses it
-    // (each pair gives its permit back).
-    let semaphore = format!("bench-semaphore-c{c}");
-    if let Err(e) = t.configure_semaphore(&semaphore).await {
-        errors.push(format!("semaphore c={c}: {e}"));
+    if let Err(e) = t.set_up(c).await {
+        errors.push(format!("setting up c={c}: {e}"));
     }
+    let kinds = Kind::all();
     for _ in 0..rounds {
-        let (l, l_us) = t
-            .with_redis_cpu(drive(
-                t.http_pairs(c, "/locks", "acquire"),
-                timing,
-                &t.watch,
-            ))
-            .await;
-        let read_pairs = t.http_pairs(c, "/rwlocks", "read/acquire");
-        let (r, r_us) = t.with_redis_cpu(drive(read_pairs, timing, &t.watch)).await;
-        let sem_pairs = t.sem_pairs(c, &semaphore);
-        let (s, s_us) = t.with_redis_cpu(drive(sem_pairs, timing, &t.watch)).await;
-        let (d, d_us) = t
-            .with_redis_cpu(drive(t.direct_pairs(c), timing, &t.watch))
-            .await;
-        let b = drive(t.gets(&t.bare, "/", c), timing, &t.watch).await;
-        let h = drive(t.gets(&t.latchkey, "/healthz", c), timing, &t.watch).await;
-        let redis_us = [l_us, r_us, s_us, d_us, f64::NAN, f64::NAN];
-        for (((kind, steps), round), us) in KINDS.iter().zip([l, r, s, d, b, h]).zip(redis_us) {
-            let mut put =
-                |name: &str, v: f64| cols.entry(format!("{kind}_{name}")).or_default().push(v);
-            put("per_s", round.per_s);
-            put("redis_us", us);
-            (round.busy.iter().enumerate()).for_each(|(i, v)| put(&format!("busy{i}"), *v));
-            steps
-                .iter()
-                .zip(&round.step_p50_us)
-                .for_each(|(s, v)| put(s, *v));
-            errors.extend(round.errors.iter().map(|e| format!("{kind} c={c}: {e}")));
+        for &kind in &kinds {
+            let (round, redis_us) = t.with_redis_cpu(t.round(kind, c, timing)).await;
+            let step = |i: usize| round.step_p50_us.get(i).copied().unwrap_or(f64::NAN);
+            per_kind.entry(kind).or_default().push(Figures {
+                per_s: round.per_s,
+                step_p50_us: [step(0), step(1)],
+                redis_us,
+                busy: round.busy.clone(),
+            });
+            let name = kind.name();
+            errors.extend(round.errors.iter().map(|e| format!("{name} c={c}: {e}")));
         }
     }
-    let mut m = |name: &str| median(cols.remove(name).unwrap_or_default());
-    let labels = t.watch.labels().len();
-    let busy = KINDS.map(|(kind, _)| {
-        (
-            kind,
-            (0..labels).map(|i| m(&format!("{kind}_busy{i}"))).collect(),
-        )
-    });
     Row {
         c,
-        latchkey_pairs: m("latchkey_per_s"),
-        read_pairs: m("read-lock_per_s"),
-        sem_pairs: m("semaphore_per_s"),
-        direct_pairs: m("direct_per_s"),
-        bare_rps: m("bare_per_s"),
-        healthz_rps: m("healthz_per_s"),
-        acquire_p50_us: m("latchkey_acq"),
-        release_p50_us: m("latchkey_rel"),
-        read_acquire_p50_us: m("read-lock_acq"),
-        read_release_p50_us: m("read-lock_rel"),
-        sem_acquire_p50_us: m("semaphore_acq"),
-        sem_release_p50_us: m("semaphore_rel"),
-        direct_acquire_p50_us: m("direct_acq"),
-        direct_release_p50_us: m("direct_rel"),
-        bare_p50_us: m("bare_p50"),
-        healthz_p50_us: m("healthz_p50"),
-        redis_us_latchkey: m("latchkey_redis_us"),
-        redis_us_read: m("read-lock_redis_us"),
-        redis_us_sem: m("semaphore_redis_us"),
-        redis_us_direct: m("direct_redis_us"),
-        busy: busy.to_vec(),
+        kinds: (kinds.iter())
+            .map(|k| {
+                (
+                    *k,
+                    Figures::median(per_kind.get(k).map_or(&[], Vec::as_slice)),
+                )
+            })
+            .collect(),
         errors,
     }
 }

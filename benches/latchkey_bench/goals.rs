@@ -1,0 +1,194 @@
+//! The goals table: one row per goal of the issue "Per-request cost,
+//! round 2", each a latchkey figure against its reference measured in the
+//! same run (same rounds, medians), their ratio, the goal and whether it
+//! is met. A later phase adds its goals through [`crate::report::Section`].
+
+use crate::floors::{Floor, Redisson};
+use crate::report::{Report, fig};
+use crate::throughput::{self, Kind, Primitive, own};
+use crate::{handoff, report};
+
+/// The concurrency the throughput goals are set at.
+const C: usize = 64;
+/// The waiters the handoff goal is set at.
+const WAITERS: usize = 64;
+
+/// What the ratio latchkey ÷ reference must be.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    /// At least the first; the second is a stretch goal.
+    AtLeast(f64, Option<f64>),
+    AtMost(f64),
+    /// The issue sets no figure: measured, not judged.
+    None,
+}
+
+/// One row of the goals table.
+#[derive(Clone, Debug)]
+pub struct Goal {
+    pub measure: String,
+    pub latchkey: f64,
+    pub reference: f64,
+    /// Digits of the two figures.
+    pub decimals: usize,
+    pub target: Target,
+}
+
+impl Goal {
+    fn ratio(&self) -> f64 {
+        self.latchkey / self.reference
+    }
+
+    fn goal(&self) -> String {
+        match self.target {
+            Target::AtLeast(x, None) => format!("≥ {x}"),
+            Target::AtLeast(x, Some(s)) => format!("≥ {x} (stretch {s})"),
+            Target::AtMost(x) => format!("≤ {x}"),
+            Target::None => "none set".to_string(),
+        }
+    }
+
+    fn met(&self) -> &'static str {
+        let ratio = self.ratio();
+        if !ratio.is_finite() {
+            return match self.target {
+                Target::None => "—",
+                _ => "no (no figure)",
+            };
+        }
+        match self.target {
+            Target::AtLeast(_, Some(s)) if ratio >= s => "yes (stretch too)",
+            Target::AtLeast(x, _) if ratio >= x => "yes",
+            Target::AtMost(x) if ratio <= x => "yes",
+            Target::None => "—",
+            _ => "no",
+        }
+    }
+}
+
+/// `part ÷ whole` pairs/s at c=64: a throughput goal.
+fn pairs(r: &throughput::Row, measure: String, ours: Kind, reference: Kind, t: Target) -> Goal {
+    Goal {
+        measure,
+        latchkey: r.per_s(ours),
+        reference: r.per_s(reference),
+        decimals: 0,
+        target: t,
+    }
+}
+
+fn throughput_goals(r: &throughput::Row) -> Vec<Goal> {
+    let plain = Kind::Http(Primitive::Lock);
+    let redisson = Kind::Floor(Floor::Redisson(Redisson::Lock));
+    let mut goals = vec![pairs(
+        r,
+        format!(
+            "plain-lock acquire+release pairs/s, c={C} ÷ Redisson-style RLock scripts \
+             pipelined on one connection straight to Redis"
+        ),
+        plain,
+        redisson,
+        Target::AtLeast(0.2, Some(0.3)),
+    )];
+    // Next to it, the floor of earlier runs (no goal of its own here).
+    goals.push(pairs(
+        r,
+        format!(
+            "plain-lock acquire+release pairs/s, c={C} ÷ latchkey's own lock scripts (direct floor)"
+        ),
+        plain,
+        own(Primitive::Lock),
+        Target::None,
+    ));
+    let others = [
+        Primitive::Semaphore,
+        Primitive::ReadLock,
+        Primitive::FairLock,
+    ];
+    goals.extend(others.map(|p| {
+        let measure = format!("{} pairs/s ÷ plain-lock pairs/s, c={C}", p.name());
+        pairs(
+            r,
+            measure,
+            Kind::Http(p),
+            plain,
+            Target::AtLeast(0.85, None),
+        )
+    }));
+    goals.extend(others.map(|p| Goal {
+        measure: format!(
+            "Redis µs per EVALSHA, {}'s own scripts ÷ the plain lock's, called directly, c={C}",
+            p.name()
+        ),
+        latchkey: r.of(own(p)).redis_us,
+        reference: r.of(own(Primitive::Lock)).redis_us,
+        decimals: 2,
+        target: Target::AtMost(1.3),
+    }));
+    goals.push(pairs(
+        r,
+        format!("GET req/s, c={C}: latchkey `/healthz` ÷ bare axum `/`"),
+        Kind::Healthz,
+        Kind::Bare,
+        Target::None,
+    ));
+    goals
+}
+
+fn handoff_goal(rows: &[handoff::Row]) -> Goal {
+    let p99 = |kind: handoff::Kind| {
+        (rows.iter())
+            .find(|r| r.kind == kind && r.waiters == WAITERS)
+            .map_or(f64::NAN, |r| r.p99_ms)
+    };
+    Goal {
+        measure: format!(
+            "handoff p99 ms, {WAITERS} waiters (release reply → next grant) ÷ the wake-one \
+             floor straight on Redis"
+        ),
+        latchkey: p99(handoff::Kind::Plain),
+        reference: p99(handoff::Kind::Floor),
+        decimals: 2,
+        target: Target::AtMost(1.5),
+    }
+}
+
+fn bound_goal(r: &throughput::Row) -> Goal {
+    let plain = r.of(Kind::Http(Primitive::Lock));
+    Goal {
+        measure: format!(
+            "acquire p50 µs, c={} ÷ (bare GET p50 + one script call p50)",
+            r.c
+        ),
+        latchkey: plain.acquire_p50_us(),
+        reference: report::bound_us(r),
+        decimals: 0,
+        target: Target::AtMost(2.0),
+    }
+}
+
+/// Every goal, in the issue's order, then the sections' own.
+pub fn of(report: &Report) -> Vec<Goal> {
+    let at = |c: usize| report.throughput.iter().find(|r| r.c == c);
+    let mut goals = at(C).map(throughput_goals).unwrap_or_default();
+    goals.push(handoff_goal(&report.handoff));
+    goals.extend(at(1).map(bound_goal));
+    goals.extend(report.sections.iter().flat_map(|s| s.goals.clone()));
+    goals
+}
+
+pub fn print(goals: &[Goal]) {
+    println!("| goal: measure | latchkey | reference | ratio | goal | met |");
+    println!("|---|---:|---:|---:|---|---|");
+    for g in goals {
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            g.measure,
+            fig(g.latchkey, g.decimals),
+            fig(g.reference, g.decimals),
+            fig(g.ratio(), 2),
+            g.goal(),
+            g.met()
+        );
+    }
+}
