@@ -130,7 +130,7 @@ fn throughput_goals(r: &throughput::Row) -> Vec<Goal> {
         format!("GET req/s, c={C}: latchkey `/healthz` ÷ bare axum `/`"),
         Kind::Healthz,
         Kind::Bare,
-        Target::None,
+        Target::AtLeast(0.7, None),
     ));
     goals
 }

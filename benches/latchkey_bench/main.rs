@@ -34,6 +34,7 @@ mod handoff;
 mod parked;
 mod pinning;
 mod procs;
+mod ratelimit;
 mod redisinfo;
 mod report;
 mod stats;
@@ -284,6 +285,7 @@ async fn phases(
             alongside.push(alongside::measure(&targets, kind, c, rounds, timing).await);
         }
     }
+    let (rate_limiters, rate_errors) = ratelimit::measure(&targets, rounds, timing).await;
     let base = &children.service.base;
     let setup = handoff::Setup {
         client: client.clone(),
@@ -316,6 +318,7 @@ async fn phases(
         .chain(fanout.errors.iter().cloned())
         .chain(parked.iter().flat_map(|r| r.errors.clone()))
         .chain(alongside.iter().flat_map(|r| r.errors.clone()))
+        .chain(rate_errors)
         .collect();
     Ok(report::Report {
         notes,
@@ -324,13 +327,8 @@ async fn phases(
         fanout,
         parked,
         alongside,
-        // A later phase (e.g. rate-limiter acquires at c=64 on one limiter
-        // and the accuracy of the admitted rate) is one module: its own
-        // `throughput::Op` (`client::Conn::send` takes a 200 or a 429),
-        // run with `throughput::drive` on `targets`, that returns a
-        // `report::Section` (rows, goals, footnotes) pushed here, its
-        // errors chained above.
-        sections: Vec::new(),
+        // Later phases that add rows, goals and footnotes of their own.
+        sections: vec![rate_limiters],
         cpu_labels: targets.watch.labels(),
         errors,
     })

@@ -28,7 +28,11 @@ pub struct Hold {
     pub holder: String,
     pub mode: Mode,
     pub token: u64,
-    pub sent: f64,
+    /// When the holder first asked: the first request of its acquire. A
+    /// retry with the same holder (after no answer, or a 503) may re-enter
+    /// a hold an earlier request made unseen, and a re-entry keeps its
+    /// token, so the real-time order of tokens starts from here.
+    pub asked: f64,
     pub granted: f64,
     pub valid_until: f64,
 }
@@ -145,16 +149,16 @@ pub fn exclusive_holds(holds: &[Hold]) -> Vec<String> {
 }
 
 /// Fencing tokens strictly increase in real-time order: a grant answered
-/// before another was asked for has the lower token.
+/// before another holder first asked has the lower token.
 pub fn fencing_order(holds: &[Hold]) -> Vec<String> {
     let mut violations = Vec::new();
     for (object, holds) in by_object(holds) {
         for a in &holds {
             for b in &holds {
-                if a.holder != b.holder && a.granted < b.sent && a.token >= b.token {
+                if a.holder != b.holder && a.granted < b.asked && a.token >= b.token {
                     violations.push(format!(
                         "{object}: {} got token {} at {:.0}, then {} asked at {:.0} and got token {}",
-                        a.holder, a.token, a.granted, b.holder, b.sent, b.token
+                        a.holder, a.token, a.granted, b.holder, b.asked, b.token
                     ));
                 }
             }
@@ -369,13 +373,13 @@ mod planted {
 
     use super::*;
 
-    fn hold(holder: &str, mode: Mode, token: u64, sent: f64, granted: f64, until: f64) -> Hold {
+    fn hold(holder: &str, mode: Mode, token: u64, asked: f64, granted: f64, until: f64) -> Hold {
         Hold {
             object: "x".into(),
             holder: holder.into(),
             mode,
             token,
-            sent,
+            asked,
             granted,
             valid_until: until,
         }
@@ -437,6 +441,9 @@ mod planted {
             // Concurrent requests may be granted in either order.
             hold("c", Mode::Shared, 4, 300.0, 320.0, 400.0),
             hold("d", Mode::Shared, 3, 301.0, 321.0, 400.0),
+            // f first asked before c's grant; its answer came from a retry
+            // (sent at 350) re-entering the hold its first request made.
+            hold("f", Mode::Shared, 3, 310.0, 360.0, 400.0),
         ];
         assert_eq!(fencing_order(&clean), Vec::<String>::new());
         let mut planted = clean.to_vec();

@@ -292,7 +292,7 @@ async fn acquire(
     holder: &str,
     lease: Lease<'_>,
     permits: u64,
-) -> Option<Answer> {
+) -> Option<(Answer, f64)> {
     let fair = matches!(kind, Kind::FairLock);
     let mut waiter = FairWaiter {
         object: object.to_string(),
@@ -365,10 +365,11 @@ async fn acquire(
             }
         }
     }
+    let asked = waiter.first_sent;
     if fair {
         ctx.record.lock().fair.push(waiter);
     }
-    result
+    result.map(|answer| (answer, asked))
 }
 
 /// Repeats holding `object` (or, for a multi-lock, its set) until the run
@@ -387,7 +388,8 @@ pub async fn hold_loop(
         let lease_ms = rng.range(600, 1500);
         let permits = rng.range(1, max_permits + 1);
         let lease = Lease::Own(lease_ms);
-        let Some(grant) = acquire(&ctx, &mut rng, &kind, &object, &holder, lease, permits).await
+        let Some((grant, asked)) =
+            acquire(&ctx, &mut rng, &kind, &object, &holder, lease, permits).await
         else {
             continue;
         };
@@ -481,7 +483,7 @@ pub async fn hold_loop(
                 holder: holder.clone(),
                 mode: kind.mode(permits),
                 token,
-                sent: grant.sent,
+                asked,
                 granted: grant.answered,
                 valid_until,
             });
@@ -783,15 +785,17 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
         // from the sending of its last renewal that kept every hold.
         let mut valid_until = created.sent + ttl_ms as f64;
         let holder = ctx.holder("f-sess");
-        let mut holds: Vec<(Kind, String, Answer)> = Vec::new();
+        let mut holds: Vec<(Kind, String, Answer, f64)> = Vec::new();
         let mut lost = false;
         for (kind, object) in &plan {
             if ctx.stopping() || lost {
                 break;
             }
             let lease = Lease::Session(&id);
-            if let Some(grant) = acquire(&ctx, &mut rng, kind, object, &holder, lease, 1).await {
-                holds.push((kind.clone(), object.clone(), grant));
+            if let Some((grant, asked)) =
+                acquire(&ctx, &mut rng, kind, object, &holder, lease, 1).await
+            {
+                holds.push((kind.clone(), object.clone(), grant, asked));
             }
             // Acquires may wait long: keep the session (and what it holds).
             lost = !session_beat(&ctx, &mut rng, &id, holds.len(), ttl_ms, &mut valid_until).await;
@@ -809,7 +813,7 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
                 rng.range(20, ttl_ms / 3)
             };
             sleep_ms(pause).await;
-            for (kind, object, grant) in &holds {
+            for (kind, object, grant, _) in &holds {
                 if kind.mode(1) == Mode::Exclusive {
                     let token = grant.body["fencing_token"].as_u64().unwrap_or(0);
                     ctx.write_fenced(object, &holder, token);
@@ -833,13 +837,13 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
             }
         }
         let mut record = ctx.record.lock();
-        for (kind, object, grant) in holds {
+        for (kind, object, grant, asked) in holds {
             record.holds.push(Hold {
                 object,
                 holder: holder.clone(),
                 mode: kind.mode(1),
                 token: grant.body["fencing_token"].as_u64().unwrap_or(0),
-                sent: grant.sent,
+                asked,
                 granted: grant.answered,
                 valid_until,
             });

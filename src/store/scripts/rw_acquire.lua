@@ -67,16 +67,24 @@ local function take()
     count_field, token_field = 'r|' .. holder, 'rt|' .. holder
   end
   local count = redis.call('HINCRBY', KEYS[1], count_field, 1)
+  -- Everything else the hold changes in the hash, in one HSET.
+  local fields = {'a|' .. id, mode .. count, index_key(mode, holder, count), id}
+  local function set(field, value)
+    fields[#fields + 1] = field
+    fields[#fields + 1] = value
+  end
   if count == 1 then
-    redis.call('HSET', KEYS[1], token_field, redis.call('INCR', KEYS[2]))
+    set(token_field, redis.call('INCR', KEYS[2]))
   end
   if mode == 'w' then
-    redis.call('HSET', KEYS[1], 'w', holder, 'wl', lease, 'wd', now + lease)
+    set('w', holder)
+    set('wl', lease)
+    set('wd', now + lease)
   else
-    redis.call('HSET', KEYS[1], 'rl|' .. holder, lease)
+    set('rl|' .. holder, lease)
     redis.call('ZADD', KEYS[7], now + lease, holder)
   end
-  redis.call('HSET', KEYS[1], 'a|' .. id, mode .. count, index_key(mode, holder, count), id)
+  redis.call('HSET', KEYS[1], unpack(fields))
   expire_holds()
   if leave_queue(member) then
     wake()

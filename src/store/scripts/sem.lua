@@ -99,6 +99,9 @@ end
 
 -- How many more times the queue's head may be overtaken.
 local function overtakes_left(head)
+  if not head then
+    return OVERTAKES
+  end
   local o = redis.call('HMGET', KEYS[1], 'oh', 'oc')
   if o[1] == head then
     return OVERTAKES - tonumber(o[2])

@@ -44,17 +44,22 @@ end
 if overtakes then
   overtaken()
 end
-if redis.call('HINCRBY', KEYS[7], 'c|' .. holder, 1) == 1 then
-  redis.call('HSET', KEYS[7], 't|' .. holder, redis.call('INCR', KEYS[2]))
+-- The holder's hold so far (none: its first grant, which takes a token),
+-- read once and written back once.
+local h = redis.call('HMGET', KEYS[7], 'c|' .. holder, 'p|' .. holder, 't|' .. holder, 'as|' .. holder)
+local grants = tonumber(h[1] or '0') + 1
+local held = tonumber(h[2] or '0') + need
+local token = h[3]
+if grants == 1 then
+  token = redis.call('INCR', KEYS[2])
 end
-redis.call('HINCRBY', KEYS[7], 'p|' .. holder, need)
+local attempts = h[4] and (h[4] .. ' ' .. id) or id
+redis.call('HSET', KEYS[7], 'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, token,
+  'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts)
 redis.call('HINCRBY', KEYS[7], 'used', need)
-local attempts = redis.call('HGET', KEYS[7], 'as|' .. holder)
-attempts = attempts and (attempts .. ' ' .. id) or id
-redis.call('HSET', KEYS[7], 'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts)
 redis.call('ZADD', KEYS[8], now + lease, holder)
 expire_holds()
 if leave_queue(member) then
   wake()
 end
-return grant_reply(holder)
+return {1, tonumber(token), held, lease, grants}
