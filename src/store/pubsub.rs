@@ -650,13 +650,27 @@ mod sharded_tests {
             .get_async_connection()
             .await
             .unwrap();
-        let heard: i64 = redis::cmd("SPUBLISH")
-            .arg("t:{n7}:wake")
-            .arg("free")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(heard, 1, "one shard subscriber");
+        // A wake-up is not proof of the subscription: a lost node
+        // connection also wakes every channel (and re-subscribes them), so
+        // the message is sent again until the shard has its subscriber.
+        let started = std::time::Instant::now();
+        loop {
+            let heard: i64 = redis::cmd("SPUBLISH")
+                .arg("t:{n7}:wake")
+                .arg("free")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if heard == 1 {
+                break;
+            }
+            assert_eq!(heard, 0, "at most one shard subscriber");
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the channel was never subscribed on its shard"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let message = rx.wait_for(|note| note.payload.as_deref() == Some("free"));
         tokio::time::timeout(Duration::from_secs(2), message)
             .await
