@@ -460,11 +460,6 @@ pub enum Conn {
 }
 
 impl Backend {
-    /// A connection for one call. `dedicated` asks for one that no other
-    /// call uses meanwhile (for `WAIT`); `fresh` replaces the connection a
-    /// failed call used before handing it out again.
-    /// Failures are the redis crate's: the store tells a refused login
-    /// from an unreachable server by them.
     /// A connection for one call that is at hand without waiting (the
     /// common case: a connected shared slot, or the cluster connection);
     /// `None` when [`Backend::get`] must connect, replace or wait for one.
@@ -486,6 +481,11 @@ impl Backend {
         }
     }
 
+    /// A connection for one call. `dedicated` asks for one that no other
+    /// call uses meanwhile (for `WAIT`); `fresh` replaces the connection a
+    /// failed call used before handing it out again.
+    /// Failures are the redis crate's: the store tells a refused login
+    /// from an unreachable server by them.
     pub async fn get(&self, dedicated: bool, fresh: Option<&Conn>) -> RedisResult<Conn> {
         match self {
             Backend::Single {
