@@ -381,6 +381,16 @@ where
     }
 }
 
+/// Waits until the binary listening on `base` answers `/readyz` 200
+/// (at most 10 s); whether it did.
+pub async fn binary_ready(client: &reqwest::Client, base: &str) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        let ready = client.get(format!("{base}/readyz")).send().await;
+        ready.is_ok_and(|r| r.status() == 200)
+    })
+    .await
+}
+
 /// Starts the real binary against `redis_url` with extra variables;
 /// returns the child (stdout piped: its JSON log) and its port.
 pub fn start_binary(redis_url: &str, env: &[(&str, &str)]) -> (std::process::Child, u16) {

@@ -166,24 +166,15 @@ async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
     );
 }
 
-/// Starts the real binary with these extra environment variables; returns
-/// the child (its JSON log on a pipe) and its port.
+/// SIGTERM to the real binary while a long-poll is open: the poll ends
+/// 503 and the process exits cleanly.
 #[tokio::test]
 async fn sigterm_during_an_open_long_poll_answers_503_and_exits_cleanly() {
     let redis = redis();
     let (mut child, port) = start_binary(&redis.url(), &[]);
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            client
-                .get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await
-    );
+    assert!(binary_ready(&client, &base).await);
     let r = client
         .post(format!("{base}/locks/term/acquire"))
         .json(&json!({"holder": "a"}))
@@ -568,22 +559,8 @@ async fn min_replicas_waits_for_acknowledgement_and_gives_the_grant_back_when_mi
     let mut replica =
         latchkey::devredis::RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])
             .expect("replica starts");
+    assert!(replica_in_sync(&primary).await, "replica in sync");
     let mut conn = redis_conn(&primary).await;
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            let mut conn = conn.clone();
-            async move {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                info.contains("connected_slaves:1") && info.contains("state=online")
-            }
-        })
-        .await,
-        "replica in sync"
-    );
     let app = spawn_app(Config {
         min_replicas: 1,
         // WAIT gets half the response timeout; leave room for a loaded CI.

@@ -529,13 +529,7 @@ async fn a_session_id_is_never_logged_or_shown_in_state_reads() {
     let (mut child, port) = start_binary(&redis.url(), &[]);
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            let ready = client.get(format!("{base}/readyz")).send().await;
-            ready.is_ok_and(|r| r.status() == 200)
-        })
-        .await
-    );
+    assert!(binary_ready(&client, &base).await);
     let post = |path: &str, body: Value| client.post(format!("{base}{path}")).json(&body).send();
     let created: Value = post("/sessions", json!({}))
         .await
