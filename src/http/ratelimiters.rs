@@ -310,16 +310,17 @@ impl Acquisition for RateAcquisition {
         }
     }
 
-    /// Gives back what the request took (its reservation, or the permits
-    /// `attempt` admitted), if nothing was taken after it and it has no
-    /// `Idempotency-Key`.
+    /// Gives back what the request took, if nothing was taken after it and
+    /// it has no `Idempotency-Key`: its reservation once it was granted at
+    /// its time (the answer could not be delivered), else only what
+    /// `attempt` itself may have taken. A try that failed while the wait
+    /// goes on (a check at the reserved time on a stalled Redis: it reads
+    /// only) must not give back the reservation the wait still counts on;
+    /// if the wait ends unused, dropping [`Held`] gives it back.
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        let owner = match self.held.booked.lock().as_mut() {
-            Some(booked) => {
-                booked.settled = true;
-                booked.owner.clone()
-            }
-            None => self.idempotency_key.is_none().then(|| attempt.clone()),
+        let owner = match self.held.booked.lock().as_ref() {
+            Some(booked) if booked.settled => booked.owner.clone(),
+            _ => self.idempotency_key.is_none().then(|| attempt.clone()),
         };
         let Some(owner) = owner else {
             return Ok(false);

@@ -649,3 +649,34 @@ async fn no_redis_key_grows_with_traffic() {
     let after = usage(&mut conn).await;
     assert!(after <= before + 64, "{before} bytes, then {after}");
 }
+
+/// A waiter's check at its reserved time that fails on a stalled Redis
+/// (its outcome unknown, though it changes nothing) must not give the
+/// reservation back while the wait goes on: the waiter is still admitted
+/// at its time, so a give-back would let another request take the same
+/// permit, beyond the bound.
+#[tokio::test]
+async fn a_failed_check_at_the_reserved_time_does_not_give_the_reservation_back() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    configure(
+        &app,
+        "stall",
+        json!({"rate": 1, "per_ms": 2000, "burst": 1}),
+    )
+    .await;
+    admitted(&app, "stall", json!({})).await;
+    // Reserved for ~2 s from now; Redis stalls across that time, longer
+    // than the response timeout (1 s), so the check at the slot fails.
+    let waiter = app.spawn_post("/rate-limiters/stall/acquire", json!({"wait_ms": 8000}));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.pause();
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    redis.resume();
+    let answer = waiter.await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK, "{:?}", answer.text().await);
+    // Give a (wrong) background give-back time to land; the next permit
+    // is due ~4 s after the first, so a request now must be refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    limited(&app, "stall", json!({})).await;
+}
