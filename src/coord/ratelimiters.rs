@@ -6,20 +6,22 @@
 //! A request that may wait does not poll: when its permits come within
 //! its wait, the acquire *reserves* them (moves the limiter's theoretical
 //! arrival time like an admission) and says when they are due; the waiter
-//! then only has to be there at that instant ([`RateLimiters::slot`]
-//! checks that the limiter, the same incarnation, still exists). Since a
-//! reservation takes its place in the limiter's one timeline, waiters are
-//! admitted in the order they arrived, and no later request (small or
-//! large) can take permits promised to an earlier one. A waiter that goes
-//! away gives its reservation back when nothing was reserved after it
-//! ([`RateLimiters::give_back`]).
+//! then only has to be there at that instant ([`RateLimiters::settle`]
+//! checks that the limiter, the same incarnation, still exists, and
+//! settles the reservation). Since a reservation takes its place in the
+//! limiter's one timeline, waiters are admitted in the order they arrived,
+//! and no later request (small or large) can take permits promised to an
+//! earlier one. A waiter that goes away unanswered gives its reservation
+//! back when nothing was reserved after it ([`RateLimiters::give_back`]);
+//! a settled reservation is never given back.
 //!
 //! Redis layout of a limiter named `n`:
 //! - `{prefix}{n}:rl`             hash: rate, per_ms, burst, tat, frac, gen,
 //!   last (see `scripts/rl.lua`); kept until deleted
 //! - `{prefix}{n}:rl:wake`        pub/sub channel: `deleted` when it is
 //! - `{prefix}{n}:rl:idem:<key>`  what the first acquire with that
-//!   `Idempotency-Key` got; expires after [`IDEMPOTENCY_MS`]
+//!   `Idempotency-Key` got, and its first answer "admitted"
+//!   (`scripts/rl_record.lua`); expires after [`IDEMPOTENCY_MS`]
 
 use redis::Value;
 
@@ -54,7 +56,8 @@ pub struct Reservation {
 /// The answer to an acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Taken {
-    /// Admitted now (or, for a retry with the same key, admitted before).
+    /// Admitted now (or, for a retry with the same key, admitted before:
+    /// the first answer again).
     Admitted { permits: u64, available: u64 },
     /// Reserved: the permits are the waiter's in `wait_us`.
     Reserved {
@@ -75,7 +78,9 @@ pub enum Taken {
 /// Whether a reservation's time has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Due {
-    /// It has; `available` is what the limiter could admit now.
+    /// It has, and the reservation is settled (never given back from now
+    /// on); `available` is what the limiter could admit now (with an
+    /// `Idempotency-Key`: what the key's first answer said).
     Now { available: u64 },
     /// Not yet (Redis's clock and ours differ a little): in `wait_us`.
     In { wait_us: u64 },
@@ -88,20 +93,17 @@ pub struct RateLimiters {
     store: Store,
 }
 
-fn state(reply: &[Value]) -> Result<Option<(RateState, u64)>, StoreError> {
+fn state(reply: &[Value]) -> Result<Option<RateState>, StoreError> {
     match reply {
         [Value::Int(-1)] => Ok(None),
-        [rate, per_ms, burst, available, wait] => Ok(Some((
-            RateState {
-                config: RateConfig {
-                    rate: reply_u64(rate, "rate")?,
-                    per_ms: reply_u64(per_ms, "per_ms")?,
-                    burst: reply_u64(burst, "burst")?,
-                },
-                available: reply_u64(available, "available")?,
+        [rate, per_ms, burst, available] => Ok(Some(RateState {
+            config: RateConfig {
+                rate: reply_u64(rate, "rate")?,
+                per_ms: reply_u64(per_ms, "per_ms")?,
+                burst: reply_u64(burst, "burst")?,
             },
-            reply_u64(wait, "wait")?,
-        ))),
+            available: reply_u64(available, "available")?,
+        })),
         other => Err(StoreError::reply("rl_state", other)),
     }
 }
@@ -138,17 +140,19 @@ impl RateLimiters {
     /// The configuration and the permits available now; `None` when there
     /// is no such limiter.
     pub async fn state(&self, name: &str) -> Result<Option<RateState>, StoreError> {
+        let no_args: [&str; 0] = [];
         let reply: Vec<Value> = self
             .store
-            .run(&scripts::RL_STATE, &[self.key(name)], &["", ""])
+            .run(&scripts::RL_STATE, &[self.key(name)], &no_args)
             .await?;
-        Ok(state(&reply)?.map(|(state, _)| state))
+        state(&reply)
     }
 
     /// Takes `permits` now, or reserves them if they come within
     /// `max_wait_us`. With an idempotency key, the first acquire with that
     /// key within [`IDEMPOTENCY_MS`] is the only one: a retry gets what it
-    /// got (the same reservation while it is pending).
+    /// got (the same reservation while it is pending), and once admitted,
+    /// exactly the key's first answer, `available` included.
     pub async fn acquire(
         &self,
         name: &str,
@@ -196,28 +200,49 @@ impl RateLimiters {
         })
     }
 
-    /// Whether `reservation`'s time has come (read-only).
-    pub async fn slot(&self, name: &str, reservation: &Reservation) -> Result<Due, StoreError> {
+    /// Whether `reservation`'s time has come; if it has, settles it: from
+    /// then on it is never given back, so the waiter may be admitted (see
+    /// `scripts/rl_slot.lua`). `owner` is the acquire that reserved, where
+    /// the reservation could be given back (none with an
+    /// `Idempotency-Key`, which also makes the answer the key's first).
+    /// Settling again answers the same.
+    pub async fn settle(
+        &self,
+        name: &str,
+        reservation: &Reservation,
+        owner: Option<&AttemptId>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Due, StoreError> {
+        let idempotent = Idempotent {
+            key: idempotency_key,
+        };
+        let keys = idempotent.keys(&self.store, name, "rl", self.key(name));
         let args = [
             reservation.incarnation.clone(),
             reservation.slot_us.to_string(),
+            owner.map(|a| a.as_str().to_string()).unwrap_or_default(),
         ];
         let reply: Vec<Value> = self
             .store
-            .run(&scripts::RL_STATE, &[self.key(name)], &args)
+            .write_repeatable(&scripts::RL_SLOT, &keys, &args)
             .await?;
-        Ok(match state(&reply)? {
-            None => Due::Gone,
-            Some((state, 0)) => Due::Now {
-                available: state.available,
+        Ok(match reply.as_slice() {
+            [Value::Int(1), available] => Due::Now {
+                available: reply_u64(available, "available")?,
             },
-            Some((_, wait_us)) => Due::In { wait_us },
+            [Value::Int(0), wait] => Due::In {
+                wait_us: reply_u64(wait, "wait")?,
+            },
+            [Value::Int(-1)] => Due::Gone,
+            other => return Err(StoreError::reply("rl_slot", other)),
         })
     }
 
     /// Gives back the `permits` that `attempt` took, if it is the last
-    /// acquire of the limiter (nothing was reserved after it; see
-    /// `scripts/rl_give_back.lua`). True when given back.
+    /// acquire of the limiter (nothing was reserved after it) and its
+    /// reservation, if it made one, was not settled (see
+    /// `scripts/rl_give_back.lua`). True when given back; a repeat gives
+    /// nothing more.
     pub async fn give_back(
         &self,
         name: &str,

@@ -119,6 +119,15 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         attempt: &AttemptId,
     ) -> impl Future<Output = Result<Attempt<Self::Grant>, StoreError>> + Send;
 
+    /// What a give-back of `attempt` is to undo, decided once when the
+    /// give-back starts: every retry of it then undoes exactly that, so a
+    /// later change of the request's state (a grant delivered meanwhile)
+    /// cannot turn a retry into a give-back of something else. `None`:
+    /// nothing. By default, what `attempt` itself granted.
+    fn undoing(&self, attempt: AttemptId) -> Option<AttemptId> {
+        Some(attempt)
+    }
+
     /// Gives back what `attempt` granted, if anything (a no-op otherwise,
     /// and it keeps a late copy of the attempt from granting).
     fn undo(&self, attempt: &AttemptId) -> impl Future<Output = Result<bool, StoreError>> + Send;
@@ -431,9 +440,14 @@ impl<A: Acquisition> Drop for UndoGuard<'_, A> {
 }
 
 /// Undoes `attempt` in the background, retrying transient failures with
-/// capped backoff for [`GIVE_BACK_FOR`]. If it never succeeds, the grant
-/// (if there was one) ends with its lease; that is logged, without ids.
+/// capped backoff for [`GIVE_BACK_FOR`]. What is undone is decided here,
+/// once ([`Acquisition::undoing`]); the retries repeat exactly that. If it
+/// never succeeds, the grant (if there was one) ends with its lease; that
+/// is logged, without ids.
 pub(crate) fn give_back<A: Acquisition>(acquisition: A, attempt: AttemptId) {
+    let Some(attempt) = acquisition.undoing(attempt) else {
+        return;
+    };
     tokio::spawn(async move {
         let until = Instant::now() + GIVE_BACK_FOR;
         let mut delay = Duration::from_millis(100);

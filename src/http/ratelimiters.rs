@@ -165,15 +165,18 @@ struct Booked {
     /// an `Idempotency-Key` (a retry with the key takes the reservation
     /// over, so it must stand).
     owner: Option<AttemptId>,
-    /// Admitted at its time, given back, or found gone: nothing is left
-    /// to give back.
+    /// Its time came (settled in Redis: it may have been delivered, and
+    /// is never given back), or the limiter was found gone: nothing is
+    /// left to give back.
     settled: bool,
 }
 
 impl Drop for Held {
-    /// The request ended with its reservation unused (its client left,
-    /// shutdown, an error, Redis stalled past the time): give it back, in
-    /// the background, if nothing was reserved after it.
+    /// The request ended with its reservation unused and unsettled (its
+    /// client left, shutdown, an error, Redis stalled past the time): give
+    /// it back, in the background, if nothing was reserved after it. A
+    /// check that did settle it in Redis though its answer was lost makes
+    /// Redis refuse this give-back (`scripts/rl_slot.lua`).
     fn drop(&mut self) {
         let Some(booked) = self.booked.get_mut().take() else {
             return;
@@ -259,14 +262,19 @@ impl RateAcquisition {
         })
     }
 
-    /// A later try: has the reservation's time come?
+    /// A later try: has the reservation's time come? If so, it is
+    /// settled (never given back from then on) and granted.
     async fn at_slot(
         &self,
         reservation: &Reservation,
         permits: u64,
+        owner: Option<&AttemptId>,
     ) -> Result<Attempt<RateGrant>, StoreError> {
         let held = &self.held;
-        let due = held.limiters.slot(&held.name.key, reservation).await?;
+        let key = self.idempotency_key.as_deref();
+        let due = (held.limiters)
+            .settle(&held.name.key, reservation, owner, key)
+            .await?;
         let settle = || {
             if let Some(booked) = held.booked.lock().as_mut() {
                 booked.settled = true;
@@ -303,31 +311,38 @@ impl Acquisition for RateAcquisition {
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RateGrant>, StoreError> {
-        let booked = (self.held.booked.lock().as_ref()).map(|b| (b.reservation.clone(), b.permits));
+        let booked = (self.held.booked.lock().as_ref())
+            .map(|b| (b.reservation.clone(), b.permits, b.owner.clone()));
         match booked {
-            Some((reservation, permits)) => self.at_slot(&reservation, permits).await,
+            Some((reservation, permits, owner)) => {
+                self.at_slot(&reservation, permits, owner.as_ref()).await
+            }
             None => self.take(attempt).await,
         }
     }
 
-    /// Gives back what the request took, if nothing was taken after it and
-    /// it has no `Idempotency-Key`: its reservation once it was granted at
-    /// its time (the answer could not be delivered), else only what
-    /// `attempt` itself may have taken. A try that failed while the wait
-    /// goes on (a check at the reserved time on a stalled Redis: it reads
-    /// only) must not give back the reservation the wait still counts on;
-    /// if the wait ends unused, dropping [`Held`] gives it back.
+    /// What a give-back of `attempt` may take back, decided once when it
+    /// starts. With an `Idempotency-Key`, nothing: a retry with the key
+    /// takes the reservation over, so it must stand. Once the request has
+    /// a reservation, nothing either: every later try only settles it and
+    /// takes nothing of its own — a check at the reserved time that failed
+    /// on a stalled Redis must not become, on a later retry, a give-back
+    /// of permits the waiter was admitted with meanwhile. The reservation
+    /// itself is given back only when the request ends without it
+    /// (dropping [`Held`]), and never once settled. Before that, what the
+    /// first try `attempt` may have taken (its outcome is unknown: the
+    /// request fails).
+    fn undoing(&self, attempt: AttemptId) -> Option<AttemptId> {
+        let reserved = self.held.booked.lock().is_some();
+        (self.idempotency_key.is_none() && !reserved).then_some(attempt)
+    }
+
+    /// Gives back what `attempt` took, if nothing was taken after it (and
+    /// it was not a settled reservation).
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        let owner = match self.held.booked.lock().as_ref() {
-            Some(booked) if booked.settled => booked.owner.clone(),
-            _ => self.idempotency_key.is_none().then(|| attempt.clone()),
-        };
-        let Some(owner) = owner else {
-            return Ok(false);
-        };
         let held = &self.held;
         (held.limiters)
-            .give_back(&held.name.key, &owner, held.permits)
+            .give_back(&held.name.key, attempt, held.permits)
             .await
     }
 
@@ -353,10 +368,11 @@ impl Acquisition for RateAcquisition {
 /// Configure a rate limiter (creating it, or changing it at once).
 ///
 /// A new limiter starts full: `burst` permits available. A change applies
-/// at once and keeps the permits available now (at most the new `burst`);
-/// permits already reserved by waiting requests stay theirs, at the time
-/// they were promised, and requests that arrive after the change queue
-/// behind them at the new rate.
+/// at once and keeps the permits available now (at most the new `burst`,
+/// rounded down, never up); permits already reserved by waiting requests
+/// stay theirs, at the time they were promised, and requests that arrive
+/// after the change queue behind them at the new rate. A PUT of the
+/// configuration the limiter already has changes nothing.
 #[utoipa::path(
     put,
     path = "/rate-limiters/{name}",
@@ -458,7 +474,9 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":250}\n\neve
 /// with `Accept: text/event-stream`): waiters are admitted in arrival
 /// order, so a large request is never overtaken by small ones. When they
 /// come later, 429 `rate-limited` at once, nothing reserved, with
-/// `retry_after_ms`: when `permits` will be available.
+/// `retry_after_ms`: when `permits` will be available. Reserved permits
+/// whose time has come are the request's for good: they are never given
+/// back, even when the answer cannot be delivered.
 #[utoipa::path(
     post,
     path = "/rate-limiters/{name}/acquire",
@@ -468,9 +486,9 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":250}\n\neve
         NamePath,
         ("Idempotency-Key" = Option<String>, Header,
             description = "Makes retries safe: the same key on the same limiter within 10 minutes \
-                counts once and gets what the first request got (admitted, or the same \
-                reservation, whose time a retry waits for). 1-255 visible ASCII characters, e.g. a \
-                UUID. An acquire that was refused (404, 400 beyond the burst, 429) is not \
+                counts once and replays the first answer exactly, its `available` too (or, while \
+                the first request's reservation is pending, waits for the same time and gets the \
+                answer given then). 1-255 visible ASCII characters, e.g. a UUID. An acquire that was refused (404, 400 beyond the burst, 429) is not \
                 remembered; a retry after the limiter was deleted is 404.",
             example = "0b6f0d3c-5c2e-4a57-9d43-3b1b7f7a2e10",
             pattern = "^[!-~]{1,255}$"),

@@ -163,9 +163,11 @@ scripts! {
     SESSION_STATE => "session_state" = ["session", "session_state"],
     SESSION_DETACH => "session_detach" = ["session", "session_detach"],
     SESSION_DELETE => "session_delete" = ["session", "session_delete"],
-    // Rate limiters: every script but the delete starts from `rl`.
+    // Rate limiters: every script but the delete starts from `rl`; those
+    // that answer an Idempotency-Key also read its record (`rl_record`).
     RL_SET => "rl_set" = ["rl", "rl_set"],
-    RL_ACQUIRE => "rl_acquire" = ["idempotency", "rl", "rl_acquire"],
+    RL_ACQUIRE => "rl_acquire" = ["idempotency", "rl", "rl_record", "rl_acquire"],
+    RL_SLOT => "rl_slot" = ["idempotency", "rl", "rl_record", "rl_slot"],
     RL_STATE => "rl_state" = ["rl", "rl_state"],
     RL_GIVE_BACK => "rl_give_back" = ["rl", "rl_give_back"],
     RL_DELETE => "rl_delete" = ["rl_delete"],

@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::{FutureExt, StreamExt};
 use redis::AsyncCommands;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -460,6 +461,60 @@ async fn a_rate_change_applies_at_once_and_keeps_what_is_available() {
     );
 }
 
+/// A PUT of the configuration a limiter already has hands out nothing:
+/// clients that PUT "to make sure" before every acquire get no permit
+/// from it. 2000 identical PUTs on a drained limiter (a permit every 333⅓
+/// or 142⁶⁄₇ µs: no whole number of µs) leave its schedule exactly where
+/// it was, and PUTs that alternate between two configurations of the same
+/// interval never move it earlier.
+#[tokio::test]
+async fn a_put_of_the_same_configuration_hands_out_no_permit() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut conn = redis_conn(&redis).await;
+    // The schedule: tat (µs) and frac (ticks of 1/rate µs).
+    let schedule = |conn: &mut redis::aio::MultiplexedConnection, name: &str| {
+        let mut conn = conn.clone();
+        let key = format!("latchkey:{{{name}}}:rl");
+        async move {
+            let at: (u64, u64) = redis::cmd("HMGET")
+                .arg(&key)
+                .arg("tat")
+                .arg("frac")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            at
+        }
+    };
+    for rate in [3u64, 7] {
+        let name = format!("same-{rate}");
+        let config = json!({"rate": rate, "per_ms": 1, "burst": 1_000_000});
+        configure(&app, &name, config.clone()).await;
+        admitted(&app, &name, json!({"permits": 1_000_000})).await;
+        let before = schedule(&mut conn, &name).await;
+        futures_util::stream::iter(0..2000)
+            .for_each_concurrent(8, |_| configure(&app, &name, config.clone()).map(drop))
+            .await;
+        let after = schedule(&mut conn, &name).await;
+        assert_eq!(after, before, "rate {rate}: (tat µs, frac ticks) moved");
+    }
+    // 3 per ms and 6 per 2 ms: the same interval, ticks of ⅓ and ⅙ µs.
+    let (three, six) = (
+        json!({"rate": 3, "per_ms": 1, "burst": 1_000_000}),
+        json!({"rate": 6, "per_ms": 2, "burst": 1_000_000}),
+    );
+    configure(&app, "alternating", three.clone()).await;
+    admitted(&app, "alternating", json!({"permits": 1_000_000})).await;
+    let before = schedule(&mut conn, "alternating").await;
+    for _ in 0..250 {
+        configure(&app, "alternating", six.clone()).await;
+        configure(&app, "alternating", three.clone()).await;
+    }
+    let after = schedule(&mut conn, "alternating").await;
+    assert!(after >= before, "moved earlier: {before:?} then {after:?}");
+}
+
 /// Deleting a limiter ends its waits with 404 on every instance, at once.
 #[tokio::test]
 async fn delete_ends_waiters_with_404_at_once() {
@@ -679,4 +734,127 @@ async fn a_failed_check_at_the_reserved_time_does_not_give_the_reservation_back(
     // is due ~4 s after the first, so a request now must be refused.
     tokio::time::sleep(Duration::from_millis(300)).await;
     limited(&app, "stall", json!({})).await;
+}
+
+/// A waiter whose checks at its reserved time fail on a stalled Redis
+/// (each one's outcome unknown, each starting a background give-back that
+/// retries with backoff) and that is then admitted keeps its permits: no
+/// later retry of those give-backs returns them to the limiter. Checked
+/// against the bound itself: the permits admitted since the first one
+/// never exceed `burst + rate × elapsed / per_ms`.
+#[tokio::test]
+async fn a_reservation_admitted_after_a_stall_is_never_given_back_later() {
+    let redis = redis();
+    let app = spawn_app(Config {
+        redis_response_timeout_ms: 300,
+        ..test_config(&redis)
+    })
+    .await;
+    // One permit every 200 ms, 100 at once.
+    let (rate, per_ms, burst) = (100u64, 20_000u64, 100u64);
+    configure(
+        &app,
+        "stalled",
+        json!({"rate": rate, "per_ms": per_ms, "burst": burst}),
+    )
+    .await;
+    let started = Instant::now();
+    admitted(&app, "stalled", json!({"permits": burst})).await;
+    // 15 permits, due 3 s after the first admission.
+    let waiter = app.spawn_post(
+        "/rate-limiters/stalled/acquire",
+        json!({"permits": 15, "wait_ms": 20000}),
+    );
+    // Redis stalls from before the reserved time until ~9 s: the checks at
+    // the slot time out (300 ms), and the give-back started by the first
+    // one (failing from 3.3 s, backing off 0.1, 0.2, ... 3.2 s) is asleep
+    // when Redis comes back, and tries again only after the waiter was
+    // admitted.
+    tokio::time::sleep_until((started + Duration::from_millis(2600)).into()).await;
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(6400)
+        .arg("ALL")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let answer = waiter.await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK, "{:?}", answer.text().await);
+    // Look until the limiter would be full again even without a give-back
+    // (23 s), while any give-back still retrying would land.
+    while started.elapsed() < Duration::from_secs(14) {
+        let available = app.get_json("/rate-limiters/stalled").await["available"]
+            .as_u64()
+            .unwrap();
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let bound = burst + rate * elapsed_ms / per_ms;
+        assert!(
+            burst + 15 + available <= bound,
+            "{} permits admitted or available at {elapsed_ms} ms: more than {bound}",
+            burst + 15 + available
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A retried acquire with the same `Idempotency-Key` counts once and
+/// replays the first answer exactly, its `available` too (as a latch's
+/// count-down does), whatever was taken since; for a reservation, the
+/// answer given at its time.
+#[tokio::test]
+async fn a_retry_with_the_same_idempotency_key_replays_the_first_answer() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let keyed = |name: &str, key: &str, body: Value| {
+        app.client
+            .post(app.url(&format!("/rate-limiters/{name}/acquire")))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let answer = |response: Response| async move {
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json::<Value>().await.unwrap()
+    };
+    configure(
+        &app,
+        "replay",
+        json!({"rate": 10, "per_ms": 60000, "burst": 10}),
+    )
+    .await;
+    let first = answer(keyed("replay", "k1", json!({"permits": 2})).await.unwrap()).await;
+    assert_eq!(first, json!({"permits": 2, "available": 8}));
+    admitted(&app, "replay", json!({"permits": 3})).await;
+    for _ in 0..2 {
+        let retry = answer(keyed("replay", "k1", json!({"permits": 2})).await.unwrap()).await;
+        assert_eq!(retry, first, "the first answer, replayed");
+    }
+    assert_eq!(app.get_json("/rate-limiters/replay").await["available"], 5);
+
+    // A reservation's answer comes at its time; a retry after it replays
+    // that answer, though the limiter has refilled since.
+    configure(
+        &app,
+        "later",
+        json!({"rate": 10, "per_ms": 1000, "burst": 1}),
+    )
+    .await;
+    admitted(&app, "later", json!({})).await;
+    let first = answer(
+        keyed("later", "k2", json!({"wait_ms": 1000}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(first, json!({"permits": 1, "available": 0}));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.get_json("/rate-limiters/later").await["available"], 1);
+    let retry = answer(
+        keyed("later", "k2", json!({"wait_ms": 1000}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(retry, first, "the first answer, replayed");
 }

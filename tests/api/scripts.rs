@@ -123,17 +123,65 @@ async fn a_rate_limiter_gives_back_only_the_last_acquire_and_only_once() {
     );
     // The reservation's incarnation still stands; a new one does not.
     assert!(matches!(
-        limiters.slot("g", &reservation).await.unwrap(),
+        limiters
+            .settle("g", &reservation, None, None)
+            .await
+            .unwrap(),
         Due::In { .. }
     ));
     limiters.delete("g").await.unwrap();
     limiters.configure("g", config).await.unwrap();
-    assert_eq!(limiters.slot("g", &reservation).await.unwrap(), Due::Gone);
+    assert_eq!(
+        limiters
+            .settle("g", &reservation, None, None)
+            .await
+            .unwrap(),
+        Due::Gone
+    );
     // A reconfiguration ends what may be given back.
     let third = AttemptId::new();
     limiters.acquire("g", 1, 0, &third, None).await.unwrap();
     limiters.configure("g", config).await.unwrap();
     assert!(!limiters.give_back("g", &third, 1).await.unwrap());
+}
+
+/// Settling a reservation at its time and giving it back exclude each
+/// other: once settled (its waiter may be admitted), a give-back of its
+/// acquire refuses, however often it is retried; settling again answers
+/// the same.
+#[tokio::test]
+async fn a_settled_reservation_is_never_given_back() {
+    let redis = redis();
+    let limiters = rate_limiters(&redis).await;
+    let config = RateConfig {
+        rate: 10,
+        per_ms: 1000,
+        burst: 1,
+    };
+    limiters.configure("s", config).await.unwrap();
+    limiters
+        .acquire("s", 1, 0, &AttemptId::new(), None)
+        .await
+        .unwrap();
+    let owner = AttemptId::new();
+    let reserved = limiters.acquire("s", 1, 1_000_000, &owner, None).await;
+    let Ok(Taken::Reserved {
+        wait_us,
+        reservation,
+        ..
+    }) = reserved
+    else {
+        panic!("reserved: {reserved:?}")
+    };
+    let settle = || limiters.settle("s", &reservation, Some(&owner), None);
+    assert!(matches!(settle().await.unwrap(), Due::In { .. }), "not yet");
+    tokio::time::sleep(Duration::from_micros(wait_us + 1000)).await;
+    assert_eq!(settle().await.unwrap(), Due::Now { available: 0 });
+    for _ in 0..2 {
+        assert!(!limiters.give_back("s", &owner, 1).await.unwrap());
+    }
+    assert_eq!(settle().await.unwrap(), Due::Now { available: 0 });
+    assert_eq!(limiters.state("s").await.unwrap().unwrap().available, 0);
 }
 
 #[tokio::test]

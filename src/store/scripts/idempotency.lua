@@ -27,3 +27,14 @@ local function idem_record(value, life_ms)
     redis.call('SET', KEYS[2], value, 'PX', life_ms)
   end
 end
+
+-- Replaces the key's record with `value` for the rest of its life (a
+-- record that is gone stays gone).
+local function idem_amend(value)
+  if IDEM_KEYED then
+    local life = redis.call('PTTL', KEYS[2])
+    if life > 0 then
+      redis.call('SET', KEYS[2], value, 'PX', life)
+    end
+  end
+end

@@ -1,8 +1,8 @@
 -- rl_acquire: take k permits now, or reserve them for when they come.
--- Runs after idempotency.lua and rl.lua.
+-- Runs after idempotency.lua, rl.lua and rl_record.lua.
 --
 -- KEYS[2]  the Idempotency-Key's record {prefix}{name}:rl:idem:<key>
---          ('<gen>|<slot µs>|<permits>'), or KEYS[1] again without one
+--          (see rl_record.lua), or KEYS[1] again without one
 -- ARGV[1]  permits k (>= 1)
 -- ARGV[2]  the longest the request may wait, in µs (0: not at all)
 -- ARGV[3]  attempt id (what a give-back names)
@@ -22,21 +22,20 @@
 -- waiters are admitted in the order they arrived, each at the first
 -- instant the GCRA bound allows (no later request can take its permits),
 -- and a large request is never overtaken by small ones. A key's record
--- is written with the change it stands for; a replay answers what the
--- first request got (admitted, or the same reservation) without taking
--- anything.
-local first = idem_replay()
+-- is written with the change it stands for; a replay takes nothing and
+-- answers what the key's first request got: the same reservation while
+-- it is pending, then exactly the first answer "admitted" (its
+-- `available` too, not the limiter's now).
+local record = rl_record()
 local limiter = load_limiter()
-if first then
-  local gen, slot, k = string.match(first, '^(%d+)|(%d+)|(%d+)$')
-  if not limiter or limiter.gen ~= gen then
+if record then
+  if not limiter or limiter.gen ~= record.gen then
     return {-1}
   end
-  slot, k = tonumber(slot), tonumber(k)
-  if now >= slot then
-    return {1, k, available(lag(limiter.tat, limiter.frac))}
+  if now >= record.slot then
+    return {1, record.k, rl_answered(record, limiter)}
   end
-  return {2, k, slot - now, gen, slot}
+  return {2, record.k, record.slot - now, record.gen, record.slot}
 end
 if not limiter then
   return {-1}
@@ -59,8 +58,10 @@ if not le(after, BT) then
 end
 store_lag(after)
 redis.call('HSET', KEYS[1], 'last', ARGV[3])
-idem_record(limiter.gen .. '|' .. int(now + wait) .. '|' .. k, ARGV[4])
 if wait == 0 then
-  return {1, k, available(after)}
+  local a = available(after)
+  idem_record(limiter.gen .. '|' .. int(now) .. '|' .. k .. '|' .. a, ARGV[4])
+  return {1, k, a}
 end
+idem_record(limiter.gen .. '|' .. int(now + wait) .. '|' .. k, ARGV[4])
 return {2, k, wait, limiter.gen, now + wait}

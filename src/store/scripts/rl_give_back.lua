@@ -11,7 +11,9 @@
 -- nothing was reserved after it, so no later waiter's promised time
 -- depends on its permits. At most k permits' time is given back, once
 -- (`last` is cleared), and never more than is taken now (the lag does not
--- go below zero). Not after a reconfiguration (it clears `last`).
+-- go below zero). Never a reservation that was settled (rl_slot.lua
+-- clears `last` then: its waiter may have been admitted), nor after a
+-- reconfiguration (it clears `last` too).
 local limiter = load_limiter()
 if not limiter or redis.call('HGET', KEYS[1], 'last') ~= ARGV[1] then
   return 0
