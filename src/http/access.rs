@@ -49,6 +49,12 @@ pub fn unknown_key() -> ApiError {
     ApiError::unauthorized("the API key is not known")
 }
 
+/// 401 `unauthorized`: several `Authorization` fields. A request is served
+/// with one key or none, never with whichever of several comes first.
+pub fn several_keys() -> ApiError {
+    ApiError::unauthorized("send one Authorization header, not several")
+}
+
 /// 403 `forbidden`: a client key on an admin operation.
 pub fn admin_only() -> ApiError {
     ApiError::forbidden("this operation needs an API key with the admin role")
@@ -227,14 +233,18 @@ impl Scope {
     }
 }
 
-/// The role and namespace of the request's key, or 401.
+/// The role and namespace of the request's key, or 401 (also for more
+/// than one `Authorization` field, whatever they say).
 fn authenticate(parts: &Parts, keys: &Keys) -> Result<(Scope, Role), ApiError> {
     if keys.open() {
         return Ok((Scope::default(), Role::Admin));
     }
-    let presented = parts
-        .headers
-        .get(AUTHORIZATION)
+    let mut fields = parts.headers.get_all(AUTHORIZATION).iter();
+    let (field, more) = (fields.next(), fields.next());
+    if more.is_some() {
+        return Err(several_keys());
+    }
+    let presented = field
         .and_then(|value| value.to_str().ok())
         .and_then(|value| {
             let (scheme, token) = value.split_once(' ')?;

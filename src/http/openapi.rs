@@ -226,10 +226,11 @@ fn add_security(doc: &mut serde_json::Value) {
         SCHEME: {
             "type": "http",
             "scheme": "bearer",
-            "description": "An API key (`Authorization: Bearer <key>`), configured on the server \
-                as its SHA-256 with a namespace and a role (`client`, or `admin` for force \
-                unlock and configuring or deleting semaphores, latches and rate limiters). A server with no \
-                key configured is open and serves this document without the requirement."
+            "description": "An API key (`Authorization: Bearer <key>`, in one header), configured \
+                on the server as its SHA-256 with one namespace and one role (`client`, or `admin` \
+                for force unlock and configuring or deleting semaphores, latches and rate limiters). \
+                A server with no key configured is open and serves this document without the \
+                requirement."
         }
     });
     let problem = |description: &str, examples: Value| {
@@ -242,7 +243,8 @@ fn add_security(doc: &mut serde_json::Value) {
         })
     };
     let unauthorized = problem(
-        "No API key, or an unknown one (`unauthorized`); `WWW-Authenticate: Bearer`",
+        "No API key, an unknown one, or more than one `Authorization` header \
+         (`unauthorized`); `WWW-Authenticate: Bearer`",
         json!({"unauthorized": {"value": examples::unauthorized()}}),
     );
     let forbidden = problem(

@@ -134,6 +134,40 @@ async fn a_request_without_a_known_key_gets_401_with_www_authenticate() {
     );
 }
 
+/// More than one `Authorization` header is 401, whichever key comes first
+/// (and even when both name the same key): a request is served with one
+/// key or none, never with the first or last of several.
+#[tokio::test]
+async fn more_than_one_authorization_header_is_401_in_either_order() {
+    let redis = redis();
+    let app = spawn_app(keyed_config(&redis)).await;
+    let twice = |method: Method, path: &str, first: &str, second: &str| {
+        app.client
+            .request(method, app.url(path))
+            .header("authorization", format!("Bearer {first}"))
+            .header("authorization", format!("Bearer {second}"))
+    };
+    for (first, second) in [(A_CLIENT, A_ADMIN), (A_ADMIN, A_CLIENT), (A_ADMIN, A_ADMIN)] {
+        let configure = twice(Method::PUT, "/semaphores/s", first, second)
+            .json(&json!({"permits": 2}))
+            .send();
+        let acquire = twice(Method::POST, "/locks/x/acquire", first, second).send();
+        for response in [configure.await.unwrap(), acquire.await.unwrap()] {
+            let url = response.url().path().to_string();
+            assert_eq!(response.status(), 401, "{url}: {first}, then {second}");
+            assert_eq!(
+                response.headers()["www-authenticate"],
+                "Bearer realm=\"latchkey\""
+            );
+            assert_problem(response, 401, "unauthorized").await;
+        }
+    }
+    // Nothing was configured or acquired.
+    must(&app, Some(A_ADMIN), Method::GET, "/semaphores/s", None, 404).await;
+    let lock = must(&app, Some(A_CLIENT), Method::GET, "/locks/x", None, 200).await;
+    assert_eq!(lock["fencing_token"], 0);
+}
+
 /// A request for every operation of the served document, with `key`, on
 /// objects that exist; returns (operation id, the operation, status).
 async fn every_operation(
