@@ -119,7 +119,7 @@ pub struct Config {
     #[arg(long, env = "LATCHKEY_KEY_PREFIX", default_value = "latchkey:")]
     #[serde(deserialize_with = "de_string")]
     pub key_prefix: String,
-    /// API keys: comma-separated NAMESPACE:ROLE:SHA256 entries (ROLE client or admin, SHA256 the key's SHA-256 in hex). With none here or in api_keys_file the service is open to anyone.
+    /// API keys: comma-separated NAMESPACE:ROLE:SHA256 entries (ROLE client or admin, SHA256 the key's SHA-256 in hex); each key once, here and in api_keys_file together. With none here or in api_keys_file the service is open to anyone.
     #[arg(
         long,
         env = "LATCHKEY_API_KEYS",
@@ -325,8 +325,10 @@ impl Config {
             ));
         }
 
-        if let Err(e) = crate::http::access::Keys::parse(self.api_keys.iter().map(String::as_str)) {
-            return fail(format!("{}: {e}", sources.describe("api_keys")));
+        // The key file is read here too, so that a bad or clashing entry
+        // in it stops the start like one in the setting.
+        if let Err(e) = crate::http::access::Keys::load(self, &sources.describe("api_keys")) {
+            return fail(e);
         }
 
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
@@ -1111,6 +1113,86 @@ mod tests {
         assert!(
             err.0.contains("--redis-tls-cert-file: ") && err.0.contains("no PEM certificate"),
             "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A key's hash configured twice — two namespaces, two roles, or the
+    /// same binding repeated; in the setting, the key file, or one in each —
+    /// stops the start, naming each clashing entry (its namespace:role and
+    /// where it is) but never the whole hash.
+    #[test]
+    fn an_api_key_configured_twice_stops_the_start_naming_the_entries() {
+        const H: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
+        const OTHER: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+        let keys = |list: String| run(&["--api-keys", &list], None);
+        let says = |result: Result<Config, ConfigError>, entries: &[&str]| {
+            let err = result.expect_err("a key configured twice is refused").0;
+            for entry in entries {
+                assert!(err.contains(entry), "{entry:?} not named in: {err}");
+            }
+            assert!(err.contains(&H[..8]), "{err}");
+            assert!(!err.contains(&H[..16]), "the hash is shown: {err}");
+            assert!(
+                !err.to_lowercase().contains(&H[..16]),
+                "the hash is shown: {err}"
+            );
+        };
+        says(
+            keys(format!("red:client:{H},blue:admin:{H}")),
+            &[
+                "red:client (entry 1 of --api-keys)",
+                "blue:admin (entry 2 of --api-keys)",
+            ],
+        );
+        says(
+            keys(format!("red:client:{H},red:admin:{H}")),
+            &[
+                "red:client (entry 1 of --api-keys)",
+                "red:admin (entry 2 of --api-keys)",
+            ],
+        );
+        says(
+            keys(format!(
+                "red:client:{H},team:client:{OTHER},red:client:{}",
+                H.to_uppercase()
+            )),
+            &[
+                "red:client (entry 1 of --api-keys)",
+                "red:client (entry 3 of --api-keys)",
+            ],
+        );
+        assert!(keys(format!("red:client:{H},blue:admin:{OTHER}")).is_ok());
+
+        // An appended line of a mounted key file, against the setting.
+        let dir = std::env::temp_dir().join(format!("latchkey-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("keys");
+        std::fs::write(
+            &file,
+            format!("# team keys\nteam:client:{OTHER}\n\nblue:admin:{H}\n"),
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        let toml = format!("api_keys = [\"red:client:{H}\"]\n");
+        says(
+            run(
+                &["--config", "x.toml", "--api-keys-file", file],
+                Some(&toml),
+            ),
+            &[
+                "red:client (entry 1 of `api_keys` in x.toml)",
+                &format!("blue:admin (line 4 of {file})"),
+            ],
+        );
+        // Within the file alone.
+        std::fs::write(file, format!("red:client:{H}\nred:client:{H}\n")).unwrap();
+        says(
+            run(&["--api-keys-file", file], None),
+            &[
+                &format!("red:client (line 1 of {file})"),
+                &format!("red:client (line 2 of {file})"),
+            ],
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

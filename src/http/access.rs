@@ -70,6 +70,16 @@ pub enum Role {
     Admin,
 }
 
+impl Role {
+    /// As an entry names it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Admin => "admin",
+        }
+    }
+}
+
 /// One configured key: its hash, namespace and role.
 #[derive(Clone)]
 struct ApiKey {
@@ -91,28 +101,56 @@ impl std::fmt::Debug for Keys {
 impl Keys {
     /// Parses `NAMESPACE:ROLE:SHA256` entries (the SHA-256 of the key in
     /// hex; blank lines and `#` comments are skipped). Errors name the
-    /// entry by its position, never its hash.
+    /// entry by its position (`entry 2`), never its hash.
     pub fn parse<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+        let entries = entries.into_iter().enumerate();
+        Keys::parse_placed(entries.map(|(i, entry)| (format!("entry {}", i + 1), entry)))
+    }
+
+    /// The keys of the `api_keys` setting (`setting` says where it was
+    /// given, e.g. its variable) and of the `api_keys_file`, read now.
+    /// Errors name an entry by where it is (`entry 2 of
+    /// LATCHKEY_API_KEYS`, `line 7 of /keys/file`), never its hash.
+    pub fn load(config: &crate::config::Config, setting: &str) -> Result<Self, String> {
+        let mut entries: Vec<(String, String)> = (config.api_keys.iter().enumerate())
+            .map(|(i, entry)| (format!("entry {} of {setting}", i + 1), entry.clone()))
+            .collect();
+        if let Some(path) = &config.api_keys_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read api_keys_file {path}: {e}"))?;
+            let lines = text.lines().enumerate();
+            entries
+                .extend(lines.map(|(i, line)| (format!("line {} of {path}", i + 1), line.into())));
+        }
+        Keys::parse_placed(
+            entries
+                .iter()
+                .map(|(at, entry)| (at.clone(), entry.as_str())),
+        )
+    }
+
+    /// [`Keys::load`] naming the setting by its key.
+    pub fn from_config(config: &crate::config::Config) -> Result<Self, String> {
+        Keys::load(config, "api_keys")
+    }
+
+    /// Parses entries, each with where it was configured (for messages),
+    /// and checks that every key is bound once ([`bound_once`]).
+    fn parse_placed<'a>(
+        entries: impl IntoIterator<Item = (String, &'a str)>,
+    ) -> Result<Self, String> {
         let mut keys = Vec::new();
-        for (i, entry) in entries.into_iter().enumerate() {
+        let mut places = Vec::new();
+        for (at, entry) in entries {
             let entry = entry.trim();
             if entry.is_empty() || entry.starts_with('#') {
                 continue;
             }
-            keys.push(parse_entry(entry).map_err(|e| format!("API key entry {}: {e}", i + 1))?);
+            keys.push(parse_entry(entry).map_err(|e| format!("API key {at}: {e}"))?);
+            places.push(at);
         }
+        bound_once(&keys, &places)?;
         Ok(Keys(Arc::new(keys)))
-    }
-
-    /// The keys of the `api_keys` setting and of the `api_keys_file`.
-    pub fn from_config(config: &crate::config::Config) -> Result<Self, String> {
-        let mut entries: Vec<String> = config.api_keys.clone();
-        if let Some(path) = &config.api_keys_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read api_keys_file {path}: {e}"))?;
-            entries.extend(text.lines().map(str::to_string));
-        }
-        Keys::parse(entries.iter().map(String::as_str))
     }
 
     /// True when no key is configured: every request is let in.
@@ -132,6 +170,49 @@ impl Keys {
         }
         found
     }
+}
+
+/// Every key is bound to one namespace and one role: a hash configured
+/// twice — for two namespaces, two roles, or the same binding repeated —
+/// is a configuration error (the service would otherwise pick one of the
+/// bindings, and a key given out as one tenant's client could act as
+/// another's admin). The message names each clashing entry by its
+/// namespace:role and place, and shows only the first 8 hex digits of
+/// the hash.
+fn bound_once(keys: &[ApiKey], places: &[String]) -> Result<(), String> {
+    let mut by_hash: std::collections::HashMap<[u8; 32], Vec<usize>> = Default::default();
+    for (i, key) in keys.iter().enumerate() {
+        by_hash.entry(key.sha256).or_default().push(i);
+    }
+    let mut clashes: Vec<&Vec<usize>> = by_hash.values().filter(|at| at.len() > 1).collect();
+    if clashes.is_empty() {
+        return Ok(());
+    }
+    clashes.sort();
+    let clashes: Vec<String> = clashes
+        .into_iter()
+        .map(|at| {
+            let prefix: String = keys[at[0]].sha256[..4]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let entries: Vec<String> = (at.iter())
+                .map(|&i| {
+                    let key = &keys[i];
+                    format!("{}:{} ({})", key.namespace, key.role.as_str(), places[i])
+                })
+                .collect();
+            format!(
+                "the API key whose SHA-256 begins {prefix} is configured {} times: {}",
+                at.len(),
+                entries.join(", ")
+            )
+        })
+        .collect();
+    Err(format!(
+        "{}; a key must be bound to one namespace and one role: keep one entry for it",
+        clashes.join("; ")
+    ))
 }
 
 fn parse_entry(entry: &str) -> Result<ApiKey, String> {
@@ -320,6 +401,36 @@ mod tests {
             assert!(error.contains(says), "{entry}: {error}");
             assert!(error.starts_with("API key entry 1:"), "{error}");
             assert!(!error.contains(HASH_OF_SECRET), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_key_bound_twice_is_refused_naming_the_entries_not_the_hash() {
+        let h = HASH_OF_SECRET;
+        for (entries, named) in [
+            (
+                vec![format!("red:client:{h}"), format!("blue:admin:{h}")],
+                ["red:client (entry 1)", "blue:admin (entry 2)"],
+            ),
+            (
+                vec![format!("red:client:{h}"), format!("red:client:{h}")],
+                ["red:client (entry 1)", "red:client (entry 2)"],
+            ),
+            (
+                vec![
+                    format!("red:client:{h}"),
+                    "# the same, in capitals".into(),
+                    format!("red:admin:{}", h.to_uppercase()),
+                ],
+                ["red:client (entry 1)", "red:admin (entry 3)"],
+            ),
+        ] {
+            let error = Keys::parse(entries.iter().map(String::as_str)).expect_err("refused");
+            for entry in named {
+                assert!(error.contains(entry), "{entry:?} not named in: {error}");
+            }
+            assert!(error.contains(&h[..8]), "{error}");
+            assert!(!error.to_lowercase().contains(&h[..16]), "{error}");
         }
     }
 

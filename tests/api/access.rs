@@ -134,6 +134,86 @@ async fn a_request_without_a_known_key_gets_401_with_www_authenticate() {
     );
 }
 
+/// The real binary does not start when a key's hash is configured twice
+/// (a key given to team `red` as a client, also bound as `blue`'s admin: in
+/// the variable, or in an appended line of the mounted key file), and says
+/// which entries clash, never the whole hash.
+#[test]
+fn the_binary_refuses_a_key_configured_twice_naming_the_entries() {
+    use std::io::Read;
+    let redis = redis();
+    let red = entry("red", "client", A_CLIENT);
+    let hash = red.rsplit(':').next().unwrap().to_string();
+    let dir = std::env::temp_dir().join(format!("latchkey-keyfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys");
+    let other = entry("team-b", "client", B_CLIENT);
+    std::fs::write(&file, format!("{other}\nblue:admin:{hash}\n")).unwrap();
+    let file = file.to_str().unwrap().to_string();
+    let cases = [
+        (
+            vec![("LATCHKEY_API_KEYS", format!("{red},blue:admin:{hash}"))],
+            vec![
+                "red:client (entry 1 of LATCHKEY_API_KEYS)".to_string(),
+                "blue:admin (entry 2 of LATCHKEY_API_KEYS)".to_string(),
+            ],
+        ),
+        (
+            vec![
+                ("LATCHKEY_API_KEYS", red.clone()),
+                ("LATCHKEY_API_KEYS_FILE", file.clone()),
+            ],
+            vec![
+                "red:client (entry 1 of LATCHKEY_API_KEYS)".to_string(),
+                format!("blue:admin (line 2 of {file})"),
+            ],
+        ),
+    ];
+    for (env, named) in cases {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_latchkey"))
+            .env("LATCHKEY_REDIS_URL", redis.url())
+            .env("LATCHKEY_LISTEN", "127.0.0.1:0")
+            .env_remove("LATCHKEY_API_KEYS_FILE")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("latchkey binary starts");
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if started.elapsed() > Duration::from_secs(5) {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "it started (or exited 0): {status:?} {stderr}"
+        );
+        for entry in &named {
+            assert!(
+                stderr.contains(entry.as_str()),
+                "{entry:?} not named: {stderr}"
+            );
+        }
+        assert!(stderr.contains(&hash[..8]), "{stderr}");
+        assert!(!stderr.contains(&hash[..16]), "the hash is shown: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// More than one `Authorization` header is 401, whichever key comes first
 /// (and even when both name the same key): a request is served with one
 /// key or none, never with the first or last of several.
