@@ -613,6 +613,37 @@ mod planted {
         }
     }
 
+    /// What `rate_stall_loop` looks for: a waiter admitted late, after a
+    /// Redis stall across its reserved time, whose permits a background
+    /// give-back then returns to the limiter, where they are taken again.
+    #[test]
+    fn permits_given_back_after_a_stalled_waiter_was_admitted_are_reported() {
+        // 20 a second (one every 50 ms), 160 at once (8 s).
+        let limit = RateLimit {
+            rate: 20,
+            per_ms: 1000,
+            burst: 160,
+        };
+        let grant = |permits: u64, sent: f64, answered: f64| RateGrant {
+            permits,
+            sent,
+            answered,
+        };
+        // All 160 at 0 ms; a waiter for 6, due at 300 ms, answered only at
+        // 3000 ms (Redis paused from 100 to 2900 ms); at 6000 ms every
+        // permit available is taken: 5700 ms' worth, 114.
+        let clean = vec![
+            grant(160, 0.0, 1.0),
+            grant(6, 2.0, 3000.0),
+            grant(114, 6000.0, 6001.0),
+        ];
+        assert_eq!(rate_within(&clean, limit), Vec::<String>::new());
+        // The waiter's 6 permits given back after its answer: 120 then.
+        let mut given_back = clean;
+        given_back[2].permits = 120;
+        assert!(!rate_within(&given_back, limit).is_empty());
+    }
+
     #[test]
     fn late_answers_and_5xx_are_reported() {
         let call = |wait_ms: u64, took: f64, status: u16| Call {

@@ -4,7 +4,8 @@
 //! the session), and a nemesis that kills and restarts
 //! instances, kills Redis connections (`CLIENT KILL TYPE pubsub` and
 //! `TYPE normal`), freezes Redis (SIGSTOP/SIGCONT) and restarts it (AOF, so
-//! its data survives). The checkers (`checks.rs`, each proven on a planted
+//! its data survives); a rate-limiter client also pauses Redis (`CLIENT
+//! PAUSE`) across its own reserved times (`workers::rate_stall_loop`). The checkers (`checks.rs`, each proven on a planted
 //! fault) then judge the recorded history, and the run ends with nothing
 //! held or queued and no key without a TTL but fencing counters.
 //!
@@ -17,6 +18,7 @@ mod checks;
 mod cluster;
 mod workers;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -42,6 +44,14 @@ const RATE_LIMIT: RateLimit = RateLimit {
     rate: 20,
     per_ms: 1000,
     burst: 5,
+};
+/// The limiters whose waiters cross Redis stalls: 20 permits a second and
+/// a burst of 8 s, longer than a stall and the give-backs after it, so
+/// that no permit is lost while Redis is paused and the bound stays tight.
+const STALLED_RATE_LIMIT: RateLimit = RateLimit {
+    rate: 20,
+    per_ms: 1000,
+    burst: 160,
 };
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -327,6 +337,17 @@ async fn judge(
         rate_within(&record.rates, RATE_LIMIT),
         &mut all,
     );
+    let mut stalled: BTreeMap<&str, Vec<RateGrant>> = BTreeMap::new();
+    for (name, grant) in &record.stalled_rates {
+        stalled.entry(name).or_default().push(grant.clone());
+    }
+    let across_stalls = (stalled.iter())
+        .flat_map(|(name, grants)| {
+            let violations = rate_within(grants, STALLED_RATE_LIMIT);
+            violations.into_iter().map(move |v| format!("{name}: {v}"))
+        })
+        .collect();
+    report("rate limiters across stalls", across_stalls, &mut all);
     report(
         "deadlines",
         deadlines(&record.calls, RESPONSE_TIMEOUT_MS as f64, SLACK_MS),
@@ -346,14 +367,34 @@ async fn fault_injection_every_primitive() {
     eprintln!("fault injection: {secs} s, seed {seed} (LATCHKEY_FAULT_SEED={seed} repeats it)");
     let mut cluster = Cluster::start(3).await;
     let ctx = Ctx::new(cluster.urls());
-    let clients = start_clients(&ctx, seed).await;
+    let mut clients = start_clients(&ctx, seed).await;
+    // Rate-limiter waiters whose reserved times fall in Redis stalls the
+    // client makes itself.
+    clients.push(tokio::spawn(workers::rate_stall_loop(
+        ctx.clone(),
+        Rng::new(seed ^ 0x57A1),
+        (0..4).map(|i| format!("f-rate-stall-{i}")).collect(),
+        STALLED_RATE_LIMIT,
+        cluster.redis.client(),
+    )));
     let mut rng = Rng::new(seed ^ 0xFA17);
-    let windows = nemesis(&mut cluster, &ctx, &mut rng, secs as f64 * 1000.0).await;
+    let mut windows = nemesis(&mut cluster, &ctx, &mut rng, secs as f64 * 1000.0).await;
+    stop_clients(&ctx, clients).await;
+    windows.append(&mut ctx.record.lock().stalls);
+    windows.sort_by(|a, b| a.0.total_cmp(&b.0));
     for (start, end, name) in &windows {
         eprintln!("fault {start:>8.0}..{end:>8.0} ms  {name}");
     }
-    stop_clients(&ctx, clients).await;
     let (record, all) = judge(&cluster, &ctx, &windows).await;
+    // Rate-limiter admissions whose request waited across a whole stall.
+    let across_stalls = (record.stalled_rates.iter())
+        .filter(|(_, g)| {
+            windows.iter().any(|(from, to, what)| {
+                what.starts_with("CLIENT PAUSE") && g.sent < *from && g.answered > *to
+            })
+        })
+        .count();
+    eprintln!("rate-limiter admissions across a CLIENT PAUSE: {across_stalls}");
 
     // A run that exercised nothing proves nothing.
     assert!(
@@ -371,6 +412,7 @@ async fn fault_injection_every_primitive() {
             && !record.permits_back.is_empty()
             && !record.fair.is_empty()
             && !record.rates.is_empty()
+            && across_stalls > 0
     );
     assert!(
         all.is_empty(),

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::checks::{
-    Call, FairWaiter, FencedWrite, Hold, LatchRound, Mode, PermitsBack, RateGrant,
+    Call, FairWaiter, FencedWrite, Hold, LatchRound, Mode, PermitsBack, RateGrant, RateLimit,
 };
 
 /// A small deterministic generator (xorshift64*), one per client, seeded
@@ -50,6 +50,12 @@ pub struct Record {
     pub latches: Vec<LatchRound>,
     pub permits_back: Vec<PermitsBack>,
     pub rates: Vec<RateGrant>,
+    /// Admissions by the limiters of `rate_stall_loop`, with the limiter's
+    /// name.
+    pub stalled_rates: Vec<(String, RateGrant)>,
+    /// Redis stalls a client caused (`rate_stall_loop`): (from, to, what),
+    /// fault windows like the nemesis's.
+    pub stalls: Vec<(f64, f64, String)>,
     /// Client-side failures (no answer, or an answer the client did not
     /// expect), by kind: reported, not judged.
     pub failures: HashMap<String, u64>,
@@ -572,6 +578,231 @@ pub async fn rate_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String) {
             }
         }
     }
+}
+
+/// Waiters of rate limiters whose reserved times fall in a Redis stall.
+/// Each round, on each of `names` (limiters of `limit`, this client's
+/// alone, with a backlog of several seconds once drained): wait until it
+/// is full, take every permit, and ask over SSE, without an
+/// `Idempotency-Key` (so the reservation is one that could be given
+/// back), for permits due a little later (each limiter's at another
+/// moment). Then pause Redis (`CLIENT PAUSE … ALL`) from before those
+/// times for longer than the instances' response timeout, so that their
+/// checks at the reserved times fail (each starting a background
+/// give-back), but not past the waits, so that the waiters are still
+/// admitted. Nothing else is reserved on those limiters for a while (a
+/// give-back takes back only the last reservation), then everything
+/// available is taken: a give-back of permits whose waiter was admitted
+/// shows as more than `burst + rate × elapsed / per_ms` since the first
+/// take (`rate_within`, per limiter). Records every admission and every
+/// stall (a fault window).
+pub async fn rate_stall_loop(
+    ctx: Arc<Ctx>,
+    mut rng: Rng,
+    names: Vec<String>,
+    limit: RateLimit,
+    redis: redis::Client,
+) {
+    use crate::cluster::{MAX_WAIT_MS, RESPONSE_TIMEOUT_MS};
+    let body = json!({"rate": limit.rate, "per_ms": limit.per_ms, "burst": limit.burst});
+    for name in &names {
+        configure(
+            &ctx,
+            &mut rng,
+            &format!("/rate-limiters/{name}"),
+            body.clone(),
+        )
+        .await;
+    }
+    let interval_ms = limit.per_ms as f64 / limit.rate as f64;
+    while !ctx.stopping() {
+        // Full limiters (a round's last take drained them).
+        let mut full = Vec::new();
+        for name in &names {
+            let path = format!("/rate-limiters/{name}");
+            for _ in 0..100 {
+                let get = reqwest::Method::GET;
+                let state = ctx.call(&mut rng, get, &path, None, 0, None).await;
+                if state.is(200) && state.body["available"] == limit.burst {
+                    full.push(name.clone());
+                    break;
+                }
+                if ctx.stopping() {
+                    return;
+                }
+                sleep_ms(200).await;
+            }
+        }
+        // Take everything, then wait for permits due 300, 550, 800, ...
+        // ms later.
+        let mut waiters = Vec::new();
+        let (reserved, mut reservations) = tokio::sync::mpsc::unbounded_channel();
+        for (i, name) in full.iter().enumerate() {
+            let path = format!("/rate-limiters/{name}/acquire");
+            let all = json!({"permits": limit.burst});
+            let post = reqwest::Method::POST;
+            let taken = ctx.call(&mut rng, post, &path, Some(all), 0, None).await;
+            if !taken.is(200) {
+                continue;
+            }
+            stalled_grant(&ctx, name, limit.burst, taken.sent, taken.answered);
+            let due_ms = 300.0 + 250.0 * i as f64;
+            let permits = ((due_ms / interval_ms).round() as u64).clamp(1, limit.burst);
+            let url = ctx.urls[rng.range(0, ctx.urls.len() as u64) as usize].clone();
+            waiters.push(tokio::spawn(stalled_waiter(
+                ctx.clone(),
+                format!("{url}{path}"),
+                (name.clone(), permits),
+                reserved.clone(),
+            )));
+        }
+        if waiters.is_empty() {
+            continue;
+        }
+        // Once every waiter has its reservation (a try that Redis does not
+        // answer reserves nothing), Redis pauses, before the first time,
+        // until at most 600 ms before the waits end.
+        let all_reserved = async {
+            for _ in 0..waiters.len() {
+                reservations.recv().await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), all_reserved).await;
+        let shortest = RESPONSE_TIMEOUT_MS + 200;
+        let ms = rng.range(shortest, MAX_WAIT_MS - 600);
+        let from = ctx.now();
+        if pause_redis(&redis, ms).await {
+            sleep_ms(ms).await;
+            let what = format!("CLIENT PAUSE {ms} ms across reserved times");
+            ctx.record.lock().stalls.push((from, ctx.now(), what));
+        }
+        for waiter in waiters {
+            let _ = waiter.await;
+        }
+        // Give-backs in flight land (they retry with backoff), then
+        // everything available is taken.
+        sleep_ms(3000).await;
+        for name in &full {
+            let path = format!("/rate-limiters/{name}");
+            let get = reqwest::Method::GET;
+            let state = ctx.call(&mut rng, get, &path, None, 0, None).await;
+            let available = state.body["available"].as_u64().unwrap_or(0);
+            if !state.is(200) || available == 0 {
+                continue;
+            }
+            let post = reqwest::Method::POST;
+            let all = Some(json!({"permits": available}));
+            let taken = (ctx.call(&mut rng, post, &format!("{path}/acquire"), all, 0, None)).await;
+            if taken.is(200) {
+                stalled_grant(&ctx, name, available, taken.sent, taken.answered);
+            }
+        }
+    }
+}
+
+fn stalled_grant(ctx: &Ctx, name: &str, permits: u64, sent: f64, answered: f64) {
+    let grant = RateGrant {
+        permits,
+        sent,
+        answered,
+    };
+    let mut record = ctx.record.lock();
+    record.stalled_rates.push((name.to_string(), grant));
+}
+
+/// One SSE acquire of `permits` on `name` that waits as long as a request
+/// may; says on `reserved` when it waits (its permits are reserved), and
+/// records its admission and the call.
+async fn stalled_waiter(
+    ctx: Arc<Ctx>,
+    url: String,
+    (name, permits): (String, u64),
+    reserved: tokio::sync::mpsc::UnboundedSender<()>,
+) {
+    let wait_ms = crate::cluster::MAX_WAIT_MS;
+    let request = (ctx.client.post(&url))
+        .header("accept", "text/event-stream")
+        .timeout(Duration::from_millis(wait_ms + 15_000))
+        .json(&json!({"permits": permits, "wait_ms": wait_ms}));
+    let sent = ctx.now();
+    let Ok(response) = request.send().await else {
+        ctx.failed("no answer (instance killed?)");
+        return;
+    };
+    let status = Some(response.status().as_u16());
+    let mut events = sse_events(response);
+    while let Some((event, data)) = events.recv().await {
+        match event.as_str() {
+            "waiting" => {
+                let _ = reserved.send(());
+            }
+            "acquired" => {
+                let permits = data["permits"].as_u64().unwrap_or(0);
+                stalled_grant(&ctx, &name, permits, sent, ctx.now());
+                break;
+            }
+            _ => break,
+        }
+    }
+    let what = format!("POST /rate-limiters/{name}/acquire (SSE)");
+    let answered = ctx.now();
+    ctx.record.lock().calls.push(Call {
+        what,
+        sent,
+        answered,
+        status,
+        wait_ms,
+    });
+}
+
+/// `CLIENT PAUSE ms ALL` on the main Redis; whether it was paused (Redis
+/// may be down, killed by the nemesis).
+async fn pause_redis(redis: &redis::Client, ms: u64) -> bool {
+    let pause = async {
+        let mut conn = redis.get_multiplexed_async_connection().await?;
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("ALL")
+            .query_async::<()>(&mut conn)
+            .await
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), pause).await,
+        Ok(Ok(()))
+    )
+}
+
+/// The `(event, data)` pairs of a Server-Sent Events response as they
+/// arrive; the channel closes when the stream ends or breaks.
+fn sse_events(
+    response: reqwest::Response,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, Value)> {
+    use futures_util::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = response.bytes_stream();
+        let mut buffer = String::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let mut name = String::from("message");
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if let Ok(data) = serde_json::from_str(&data) {
+                    let _ = tx.send((name, data));
+                }
+            }
+        }
+    });
+    rx
 }
 
 /// A holder takes every permit of `name` and vanishes; a prober then waits
