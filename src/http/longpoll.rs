@@ -18,7 +18,10 @@
 //! or replicas did not acknowledge it) or its grant cannot be delivered
 //! (the SSE client is gone), the adapter undoes exactly that attempt in the
 //! background, retrying for a bounded time — never another hold of the
-//! same holder id.
+//! same holder id. What it undoes is decided once, when the give-back
+//! starts ([`Acquisition::undoing`]): the request's state may change while
+//! it retries (a rate limiter's waiter admitted meanwhile), its target
+//! does not.
 
 use std::convert::Infallible;
 use std::future::Future;
