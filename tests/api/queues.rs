@@ -1,0 +1,339 @@
+//! What every queued primitive (fair locks, read-write locks in both
+//! modes, semaphores) does with its queue: a try never takes a place, a
+//! long-poll keeps one for the grace, a waiter leaves at once with a
+//! DELETE, hints say when a retry can succeed, a long-poll's last answer
+//! states its position as of then, and every wait mode looks once more at
+//! its deadline (README: "Fair locks", "Queued primitives: tries,
+//! long-polls, leaving").
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use reqwest::Response;
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+/// One queued primitive, as a request blocked by a holder sees it: `a`
+/// holds by `hold`; waiters and tries come by `wait`, later ones by `next`
+/// (paths under `/{kind}/{name}/`).
+#[derive(Clone, Copy)]
+struct Queued {
+    label: &'static str,
+    kind: &'static str,
+    hold: &'static str,
+    wait: &'static str,
+    next: &'static str,
+    /// The object's keys in Redis: `latchkey:{name}:<base>…`.
+    base: &'static str,
+    /// What a waiter leaving gets back (as well as `left_queue: true`).
+    left: fn() -> Value,
+}
+
+const QUEUED: [Queued; 4] = [
+    Queued {
+        label: "fair lock",
+        kind: "fair-locks",
+        hold: "acquire",
+        wait: "acquire",
+        next: "acquire",
+        base: "fair",
+        left: || json!({"released": false, "hold_count": 0, "left_queue": true}),
+    },
+    // A reader waits behind a writer; then a writer comes.
+    Queued {
+        label: "rwlock, a reader waits",
+        kind: "rwlocks",
+        hold: "write/acquire",
+        wait: "read/acquire",
+        next: "write/acquire",
+        base: "rw",
+        left: || json!({"released": false, "hold_count": 0, "mode": "read", "left_queue": true}),
+    },
+    // A writer waits behind a reader; then a reader comes.
+    Queued {
+        label: "rwlock, a writer waits",
+        kind: "rwlocks",
+        hold: "read/acquire",
+        wait: "write/acquire",
+        next: "read/acquire",
+        base: "rw",
+        left: || json!({"released": false, "hold_count": 0, "mode": "write", "left_queue": true}),
+    },
+    // One permit.
+    Queued {
+        label: "semaphore",
+        kind: "semaphores",
+        hold: "acquire",
+        wait: "acquire",
+        next: "acquire",
+        base: "sem",
+        left: || json!({"released_permits": 0, "left_queue": true}),
+    },
+];
+
+impl Queued {
+    /// A fresh object of this kind named after the test and the case.
+    async fn object(&self, app: &TestApp, test: &str, i: usize) -> String {
+        let name = format!("{test}-{i}");
+        if self.kind == "semaphores" {
+            let put = app
+                .client
+                .put(app.url(&format!("/semaphores/{name}")))
+                .json(&json!({"permits": 1}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(put.status(), 200);
+        }
+        name
+    }
+
+    fn path(&self, name: &str, action: &str) -> String {
+        format!("/{}/{name}/{action}", self.kind)
+    }
+
+    /// `a` takes the object for `lease_ms`.
+    async fn hold(&self, app: &TestApp, name: &str, holder: &str, lease_ms: u64) {
+        let body = json!({"holder": holder, "lease_ms": lease_ms});
+        let held = app.post(&self.path(name, self.hold), body).await;
+        assert_eq!(held.status(), 201, "{}: {holder} holds", self.label);
+    }
+
+    async fn wait(&self, app: &TestApp, name: &str, holder: &str, wait_ms: u64) -> Response {
+        let body = json!({"holder": holder, "wait_ms": wait_ms});
+        app.post(&self.path(name, self.wait), body).await
+    }
+
+    async fn next(&self, app: &TestApp, name: &str, holder: &str, wait_ms: u64) -> Response {
+        let body = json!({"holder": holder, "wait_ms": wait_ms});
+        app.post(&self.path(name, self.next), body).await
+    }
+
+    async fn delete(&self, app: &TestApp, name: &str, holder: &str) -> Response {
+        let url = app.url(&self.path(name, &format!("holders/{holder}")));
+        app.client.delete(url).send().await.unwrap()
+    }
+
+    async fn release(&self, app: &TestApp, name: &str, holder: &str) {
+        let released = self.delete(app, name, holder).await;
+        assert_eq!(released.status(), 200, "{}: {holder} releases", self.label);
+    }
+
+    /// The slug of its "not acquired" answer.
+    fn busy(&self) -> &'static str {
+        if self.kind == "semaphores" {
+            "no-permits"
+        } else {
+            "lock-held"
+        }
+    }
+
+    /// Whether its 409s carry `position`.
+    fn positions(&self) -> bool {
+        self.kind != "rwlocks"
+    }
+
+    async fn waiters(&self, app: &TestApp, name: &str) -> u64 {
+        let state = app.get_json(&format!("/{}/{name}", self.kind)).await;
+        state["waiters"].as_u64().expect("waiters")
+    }
+
+    async fn wait_for_waiters(&self, app: &TestApp, name: &str, n: u64) {
+        let reached = eventually(Duration::from_secs(3), || async {
+            self.waiters(app, name).await == n
+        })
+        .await;
+        assert!(reached, "{}: expected {n} waiter(s)", self.label);
+    }
+}
+
+fn with_grace(redis: &latchkey::devredis::RedisServer, queue_grace_ms: u64) -> Config {
+    Config {
+        queue_grace_ms,
+        ..test_config(redis)
+    }
+}
+
+async fn queue_exists(redis: &latchkey::devredis::RedisServer, name: &str, base: &str) -> bool {
+    let mut conn = redis_conn(redis).await;
+    conn.exists(format!("latchkey:{{{name}}}:{base}:queue"))
+        .await
+        .unwrap()
+}
+
+/// The issue's scenario: A holds; B tries (409); A releases; C tries and
+/// is granted at once — B's try took no place.
+#[tokio::test]
+async fn a_try_takes_no_place_so_a_try_after_the_release_is_granted() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // Per primitive: C's status, and whether B's try left a queue behind.
+    let mut seen = Vec::new();
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "try", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        let refused = assert_problem(q.wait(&app, &name, "b", 0).await, 409, q.busy()).await;
+        if q.positions() {
+            assert_eq!(refused["position"], 0, "{}: {refused}", q.label);
+        }
+        let recorded = queue_exists(&redis, &name, q.base).await;
+        q.release(&app, &name, "a").await;
+        let c = q.next(&app, &name, "c", 0).await.status().as_u16();
+        seen.push((q.label, c, recorded));
+    }
+    assert!(
+        seen.iter().all(|&(_, c, recorded)| c == 201 && !recorded),
+        "(primitive, C's status, B's try queued): {seen:?}"
+    );
+}
+
+/// A long-poll keeps its place for the grace after its 409 (so another
+/// holder's try is refused), and polling again takes it.
+#[tokio::test]
+async fn a_long_poll_keeps_its_place_for_the_grace_after_its_409() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "poll", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        assert_problem(q.wait(&app, &name, "w", 200).await, 409, q.busy()).await;
+        q.release(&app, &name, "a").await;
+        let c = assert_problem(q.next(&app, &name, "c", 0).await, 409, q.busy()).await;
+        if q.positions() {
+            assert_eq!(c["position"], 1, "{}: behind w: {c}", q.label);
+        }
+        let again = q.wait(&app, &name, "w", 1000).await;
+        assert_eq!(again.status(), 201, "{}: w's place was kept", q.label);
+    }
+}
+
+/// A waiter that gives up leaves at once: its DELETE answers 200 with
+/// `left_queue`, the next try is granted, and a second DELETE is 404.
+#[tokio::test]
+async fn a_waiter_leaves_the_queue_at_once_with_a_delete() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "leave", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        assert_problem(q.wait(&app, &name, "w", 200).await, 409, q.busy()).await;
+        let left = q.delete(&app, &name, "w").await;
+        assert_eq!(left.status(), 200, "{}: the waiter leaves", q.label);
+        let body: Value = left.json().await.unwrap();
+        assert_eq!(body, (q.left)(), "{}", q.label);
+        assert_problem(q.delete(&app, &name, "w").await, 404, "not-held").await;
+        q.release(&app, &name, "a").await;
+        assert!(
+            !queue_exists(&redis, &name, q.base).await,
+            "{}: nothing queued",
+            q.label
+        );
+        let c = q.next(&app, &name, "c", 0).await;
+        assert_eq!(c.status(), 201, "{}: C is granted at once", q.label);
+    }
+}
+
+/// The waiter behind one that leaves is woken if it is now at the head:
+/// granted at once, not when the leaver's place would have lapsed.
+#[tokio::test]
+async fn leaving_wakes_the_waiter_now_at_the_head() {
+    let redis = redis();
+    let app = spawn_app(with_grace(&redis, 30000)).await;
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "wake", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        assert_problem(q.wait(&app, &name, "silent", 200).await, 409, q.busy()).await;
+        // (A reader behind a silent reader would share the lock with it:
+        // the next waiter comes by `next`.)
+        let body = json!({"holder": "next", "wait_ms": 8000});
+        let next = app.spawn_post(&q.path(&name, q.next), body);
+        q.wait_for_waiters(&app, &name, 1).await;
+        q.release(&app, &name, "a").await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !next.is_finished(),
+            "{}: the silent head keeps its turn",
+            q.label
+        );
+        let left = Instant::now();
+        assert_eq!(q.delete(&app, &name, "silent").await.status(), 200);
+        let granted = next.await.unwrap();
+        assert_eq!(
+            granted.status(),
+            201,
+            "{}: the new head is granted",
+            q.label
+        );
+        assert!(
+            left.elapsed() < Duration::from_secs(3),
+            "{}: woken by the leave, after {:?}",
+            q.label,
+            left.elapsed()
+        );
+    }
+}
+
+/// Leaving comes first: a holder that holds permits and waits for more
+/// keeps its permits when it leaves; a second DELETE gives them back.
+#[tokio::test]
+async fn a_holder_that_also_waits_leaves_first_and_keeps_what_it_holds() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let put = app
+        .client
+        .put(app.url("/semaphores/both"))
+        .json(&json!({"permits": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    for holder in ["x", "h"] {
+        let body = json!({"holder": holder, "lease_ms": 30000});
+        let taken = app.post("/semaphores/both/acquire", body).await;
+        assert_eq!(taken.status(), 201);
+    }
+    let more = json!({"holder": "h", "permits": 2, "wait_ms": 200});
+    assert_problem(
+        app.post("/semaphores/both/acquire", more).await,
+        409,
+        "no-permits",
+    )
+    .await;
+    let left = app.delete_json("/semaphores/both/holders/h").await;
+    assert_eq!(left, json!({"released_permits": 0, "left_queue": true}));
+    let state = app.get_json("/semaphores/both").await;
+    assert_eq!(
+        (&state["holders"], &state["available"]),
+        (&json!(2), &json!(1))
+    );
+    let released = app.delete_json("/semaphores/both/holders/h").await;
+    assert_eq!(
+        released,
+        json!({"released_permits": 1, "left_queue": false})
+    );
+}
+
+/// While a waiter that stopped polling keeps its place ahead of a free
+/// object, a try is refused with the time until that place lapses — never
+/// 0, which would say that an immediate retry can succeed.
+#[tokio::test]
+async fn while_a_silent_waiter_keeps_its_place_the_hint_is_when_it_lapses() {
+    let redis = redis();
+    let app = spawn_app(with_grace(&redis, 4000)).await;
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "hint", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        assert_problem(q.wait(&app, &name, "silent", 200).await, 409, q.busy()).await;
+        q.release(&app, &name, "a").await;
+        let refused = q.next(&app, &name, "c", 0).await;
+        assert_eq!(refused.headers()["retry-after"], "2", "{}", q.label);
+        let problem = assert_problem(refused, 409, q.busy()).await;
+        let hint = problem["retry_after_ms"].as_u64().unwrap();
+        assert!(
+            hint > 1000 && hint <= 2000,
+            "{}: the silent waiter's place lapses in about 4 s (the hint is capped at half the grace): {problem}",
+            q.label
+        );
+    }
+}
