@@ -114,7 +114,8 @@ for (const kind of QUEUED_KINDS) {
     const queued = new Queued(kind, client());
     const blocker = await queued.block();
     const controller = new AbortController();
-    const waiting = queued.waiter(client(), { waitMs: 20000, signal: controller.signal });
+    // With a holder id of the caller's (one the client made is left the same way).
+    const waiting = queued.waiter(client(), { waitMs: 20000, holder: unique("own"), signal: controller.signal });
     await queued.untilWaiting();
     controller.abort(new Error("gave up"));
     await assert.rejects(waiting, /gave up/);
