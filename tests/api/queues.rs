@@ -3,8 +3,8 @@
 //! long-poll keeps one for the grace, a waiter leaves at once with a
 //! DELETE, hints say when a retry can succeed, a long-poll's last answer
 //! states its position as of then, and every wait mode looks once more at
-//! its deadline (README: "Fair locks", "Queued primitives: tries,
-//! long-polls, leaving").
+//! its deadline (README: "Tries, long-polls and leaving", "A last look at
+//! the deadline").
 
 use std::time::{Duration, Instant};
 
