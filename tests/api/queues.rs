@@ -3,8 +3,8 @@
 //! long-poll keeps one for the grace, a waiter leaves at once with a
 //! DELETE, hints say when a retry can succeed, a long-poll's last answer
 //! states its position as of then, and every wait mode looks once more at
-//! its deadline (README: "Fair locks", "Queued primitives: tries,
-//! long-polls, leaving").
+//! its deadline (README: "Tries, long-polls and leaving", "A last look at
+//! the deadline").
 
 use std::time::{Duration, Instant};
 
@@ -336,4 +336,124 @@ async fn while_a_silent_waiter_keeps_its_place_the_hint_is_when_it_lapses() {
             q.label
         );
     }
+}
+
+/// A long-poll's final 409 states its position as of its answer, not as
+/// of its last wake-up: three waiters ahead when it arrived, two when its
+/// wait ended.
+#[tokio::test]
+async fn a_long_polls_final_409_states_its_position_when_answered() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for (i, q) in QUEUED.iter().enumerate().filter(|(_, q)| q.positions()) {
+        let name = q.object(&app, "position", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        let mut ahead = Vec::new();
+        for n in 0..3 {
+            let body = json!({"holder": format!("w{n}"), "wait_ms": 10000, "lease_ms": 30000});
+            ahead.push(app.spawn_post(&q.path(&name, q.wait), body));
+            q.wait_for_waiters(&app, &name, n + 1).await;
+        }
+        let last = app.spawn_post(
+            &q.path(&name, q.wait),
+            json!({"holder": "last", "wait_ms": 1500}),
+        );
+        q.wait_for_waiters(&app, &name, 4).await;
+        q.release(&app, &name, "a").await;
+        assert_eq!(ahead.remove(0).await.unwrap().status(), 201, "{}", q.label);
+        let problem = assert_problem(last.await.unwrap(), 409, q.busy()).await;
+        assert_eq!(problem["position"], 2, "{}: {problem}", q.label);
+    }
+}
+
+/// What a waiter finds when it looks at its deadline: the object was freed
+/// without a wake message (its keys deleted in Redis; the holder's lease
+/// would end only in 30 s, long after the waiter's re-check), so only a
+/// last look can grant it.
+async fn freed_silently(redis: &latchkey::devredis::RedisServer, keys: &[String]) {
+    let mut conn = redis_conn(redis).await;
+    let _: () = conn.del(keys).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_waiter_looks_once_more_at_its_deadline() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("relay", json!({"holder": "a", "lease_ms": 30000}))
+        .await;
+    // The first waiter asks Redis for its group; the second waits for its
+    // turn to (the baton) when its deadline comes.
+    let lead = app.spawn_post(
+        "/locks/relay/acquire",
+        json!({"holder": "lead", "wait_ms": 8000}),
+    );
+    app.wait_for_waiters("relay", 1).await;
+    let behind = app.spawn_post(
+        "/locks/relay/acquire",
+        json!({"holder": "behind", "wait_ms": 1000}),
+    );
+    app.wait_for_waiters("relay", 2).await;
+    freed_silently(&redis, &["latchkey:{relay}:lock".to_string()]).await;
+    let behind = behind.await.unwrap();
+    assert_eq!(behind.status(), 201, "{:?}", behind.text().await);
+    app.release("relay", "behind").await;
+    assert_eq!(lead.await.unwrap().status(), 201);
+
+    // The group's only waiter, at its own deadline.
+    app.must_acquire("alone", json!({"holder": "a", "lease_ms": 30000}))
+        .await;
+    let waiter = app.spawn_post(
+        "/locks/alone/acquire",
+        json!({"holder": "w", "wait_ms": 1000}),
+    );
+    app.wait_for_waiters("alone", 1).await;
+    freed_silently(&redis, &["latchkey:{alone}:lock".to_string()]).await;
+    let waiter = waiter.await.unwrap();
+    assert_eq!(waiter.status(), 201, "{:?}", waiter.text().await);
+}
+
+#[tokio::test]
+async fn a_queued_waiter_looks_once_more_at_its_deadline() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "look", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        let body = json!({"holder": "w", "wait_ms": 1000});
+        let waiter = app.spawn_post(&q.path(&name, q.wait), body);
+        q.wait_for_waiters(&app, &name, 1).await;
+        // Its holds, not a semaphore's configuration.
+        let holds: &[&str] = match q.kind {
+            "semaphores" => &[":holds", ":leases"],
+            _ => &["", ":readers"],
+        };
+        let holds: Vec<String> = (holds.iter())
+            .map(|part| format!("latchkey:{{{name}}}:{}{part}", q.base))
+            .collect();
+        freed_silently(&redis, &holds).await;
+        let waiter = waiter.await.unwrap();
+        assert_eq!(
+            waiter.status(),
+            201,
+            "{}: {:?}",
+            q.label,
+            waiter.text().await
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_multi_lock_waiter_looks_once_more_at_its_deadline() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("m1", json!({"holder": "a", "lease_ms": 30000}))
+        .await;
+    let waiter = app.spawn_post(
+        "/multilocks/acquire",
+        json!({"names": ["m1", "m2"], "holder": "w", "wait_ms": 1000}),
+    );
+    app.wait_for_waiters("m1", 1).await;
+    freed_silently(&redis, &["latchkey:{m1}:lock".to_string()]).await;
+    let waiter = waiter.await.unwrap();
+    assert_eq!(waiter.status(), 201, "{:?}", waiter.text().await);
 }
