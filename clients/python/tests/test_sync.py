@@ -339,6 +339,24 @@ def test_a_wait_interrupted_by_ctrl_c_leaves_its_queue(lk: latchkey.Client, othe
     _assert_no_place_left(blocker, other, queued)
 
 
+def test_a_wait_for_more_permits_that_runs_out_leaves_its_queue_and_keeps_the_permits_held(
+    lk: latchkey.Client, other: latchkey.Client, name: Names
+) -> None:
+    n = name("morepermits")
+    other.semaphore(n).configure(2)
+    holder = f"py-{uuid.uuid4().hex}"
+    mine = lk.semaphore_permits(n, 1, holder=holder, lease_ms=30_000).acquire()
+    blocker = other.semaphore_permits(n, 1, lease_ms=30_000).acquire()
+    with pytest.raises(NotAcquired):
+        lk.semaphore_permits(n, 1, holder=holder, wait_ms=400).acquire()
+    assert mine.renew().permits == 1, "the permit it held is still held"
+    assert other.semaphore(n).state()["available"] == 0
+    blocker.release()
+    other.semaphore_permits(n, 1).acquire().release()
+    mine.release()
+    assert other.semaphore(n).state()["available"] == 2
+
+
 def test_a_wait_whose_on_waiting_callback_raises_leaves_its_queue(lk: latchkey.Client, other: latchkey.Client, name: Names) -> None:
     queued = Queued("fair-lock", name("raises"))
     blocker = queued.blocker(other).acquire()
