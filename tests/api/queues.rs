@@ -457,3 +457,150 @@ async fn a_multi_lock_waiter_looks_once_more_at_its_deadline() {
     let waiter = waiter.await.unwrap();
     assert_eq!(waiter.status(), 201, "{:?}", waiter.text().await);
 }
+
+/// A semaphore holder waiting in several places (for 1 and for 2 permits)
+/// leaves them all with one DELETE; an rwlock holder leaves only the mode
+/// it names.
+#[tokio::test]
+async fn a_delete_leaves_every_place_the_holder_waits_in_and_only_those() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let put = app
+        .client
+        .put(app.url("/semaphores/several"))
+        .json(&json!({"permits": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let hold = json!({"holder": "x", "permits": 2, "lease_ms": 30000});
+    assert_eq!(
+        app.post("/semaphores/several/acquire", hold).await.status(),
+        201
+    );
+    for permits in [1, 2] {
+        let wait = json!({"holder": "w", "permits": permits, "wait_ms": 100});
+        let refused = app.post("/semaphores/several/acquire", wait).await;
+        assert_problem(refused, 409, "no-permits").await;
+    }
+    // Another holder whose id ends like this one's keeps its place.
+    let other = json!({"holder": "aw", "wait_ms": 100});
+    let refused = app.post("/semaphores/several/acquire", other).await;
+    assert_problem(refused, 409, "no-permits").await;
+    let left = app.delete_json("/semaphores/several/holders/w").await;
+    assert_eq!(left, json!({"released_permits": 0, "left_queue": true}));
+    let mut conn = redis_conn(&redis).await;
+    let queue: Vec<String> = conn
+        .zrange("latchkey:{several}:sem:queue", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(queue, ["1|aw"]);
+
+    app.post("/rwlocks/modes/read/acquire", json!({"holder": "r"}))
+        .await;
+    let wait = json!({"holder": "w", "wait_ms": 100});
+    let refused = app.post("/rwlocks/modes/write/acquire", wait).await;
+    assert_problem(refused, 409, "lock-held").await;
+    let other_mode = app
+        .client
+        .delete(app.url("/rwlocks/modes/holders/w?mode=read"))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(other_mode, 404, "not-held").await;
+    let left = app.delete_json("/rwlocks/modes/holders/w?mode=write").await;
+    assert_eq!(
+        left,
+        json!({"released": false, "hold_count": 0, "mode": "write", "left_queue": true})
+    );
+}
+
+/// Below HTTP, on each queued primitive: a try (no time left given)
+/// records nothing; a long-poll's try keeps its place even with no time
+/// left (its last try at the deadline); leaving takes the place out.
+#[tokio::test]
+async fn below_http_a_try_records_nothing_and_a_waiters_last_try_keeps_its_place() {
+    use latchkey::coord::locks::{LockKind, Locks};
+    use latchkey::coord::rwlocks::{Mode, RwLocks};
+    use latchkey::coord::semaphores::Semaphores;
+    use latchkey::coord::{Attempt, AttemptId};
+
+    let redis = redis();
+    let store = test_store(&redis).await;
+    let mut conn = redis_conn(&redis).await;
+    let queued = |base: &str| format!("t:{{q}}:{base}:queue");
+    fn place<T: std::fmt::Debug>(tried: Attempt<T>) -> Option<u64> {
+        match tried {
+            Attempt::Blocked(blocked) => blocked.place.map(|p| p.ticket),
+            other => panic!("expected to be blocked, got {other:?}"),
+        }
+    }
+
+    let fair = Locks::new(store.clone(), LockKind::Fair { grace_ms: 5000 });
+    let lease = 30000;
+    fair.try_acquire("q", "a", lease, None, &AttemptId::new())
+        .await
+        .unwrap();
+    let tried = fair
+        .try_acquire("q", "b", lease, None, &AttemptId::new())
+        .await
+        .unwrap();
+    assert_eq!(place(tried), None);
+    let exists: bool = conn.exists(queued("fair")).await.unwrap();
+    assert!(!exists, "a try records nothing");
+    let last = fair
+        .try_acquire("q", "w", lease, Some(0), &AttemptId::new())
+        .await
+        .unwrap();
+    assert!(place(last).is_some());
+    let left = fair
+        .leave_or_release("q", "w", false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(left.left_queue && !left.released);
+
+    let rw = RwLocks::new(store.clone(), 5000);
+    let (write, read) = (Mode::Write, Mode::Read);
+    rw.try_acquire("q", "a", write, lease, None, &AttemptId::new())
+        .await
+        .unwrap();
+    let tried = rw
+        .try_acquire("q", "b", read, lease, None, &AttemptId::new())
+        .await
+        .unwrap();
+    assert_eq!(place(tried), None);
+    let exists: bool = conn.exists(queued("rw")).await.unwrap();
+    assert!(!exists, "a try records nothing");
+    let last = rw
+        .try_acquire("q", "w", read, lease, Some(0), &AttemptId::new())
+        .await
+        .unwrap();
+    assert!(place(last).is_some());
+    let left = rw
+        .leave_or_release("q", "w", None, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(left.left_queue && left.mode == Mode::Read);
+
+    let sems = Semaphores::new(store, 5000);
+    sems.set("q", 1).await.unwrap();
+    sems.try_acquire("q", "a", 1, lease, None, &AttemptId::new())
+        .await
+        .unwrap();
+    let tried = sems
+        .try_acquire("q", "b", 1, lease, None, &AttemptId::new())
+        .await
+        .unwrap();
+    assert_eq!(place(tried), None);
+    let exists: bool = conn.exists(queued("sem")).await.unwrap();
+    assert!(!exists, "a try records nothing");
+    let last = sems
+        .try_acquire("q", "w", 1, lease, Some(0), &AttemptId::new())
+        .await
+        .unwrap();
+    assert!(place(last).is_some());
+    let left = sems.leave_or_release("q", "w").await.unwrap().unwrap();
+    assert!(left.left_queue && left.released_permits == 0);
+}

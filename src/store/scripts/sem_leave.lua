@@ -6,25 +6,27 @@
 -- never gives back the permits it still counts on (a second DELETE does).
 -- Runs after queue.lua, sem.lua and queue_refresh.
 --
--- The holder's entries are '<permits>|<holder>': a scan of the queue finds
--- them (holder ids hold no glob characters). It runs only while someone
--- waits, and costs one pass over the queue.
+-- The holder's entries are '<permits>|<holder>' (holder ids hold no '|'):
+-- one pass over the queue, in pages, finds them (only while someone
+-- waits; by ZCARD and ZRANGE, commands the README's ACL already allows).
 --
 -- Returns  -2  it left the queue
 -- and otherwise what sem_release returns. When it leaves, the queue is
 -- woken: the waiters the permits now serve go.
 refresh()
 local quitter = ARGV[2]
-local gone = false
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  local cursor = '0'
-  repeat
-    local page = redis.call('ZSCAN', KEYS[4], cursor, 'MATCH', '*|' .. quitter, 'COUNT', 1000)
-    cursor = page[1]
-    for i = 1, #page[2], 2 do
-      gone = leave_queue(page[2][i]) or gone
+local suffix = '|' .. quitter
+local mine = {}
+for first = 0, redis.call('ZCARD', KEYS[4]) - 1, 1000 do
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[4], first, first + 999)) do
+    if string.sub(member, -#suffix) == suffix then
+      mine[#mine + 1] = member
     end
-  until cursor == '0'
+  end
+end
+local gone = false
+for _, member in ipairs(mine) do
+  gone = leave_queue(member) or gone
 end
 if gone then
   wake()
