@@ -42,7 +42,12 @@
 //! to the others ([`GroupRead`]), who take it instead of asking Redis.
 //!
 //! Time: every wait has a deadline fixed when its request arrived. Each try
-//! is bounded by the time left (at least [`MIN_TRY`]). Once a wait has its
+//! is bounded by the time left (at least [`MIN_TRY`]). When the deadline
+//! comes, a waiter of any mode but [`WaitMode::Broadcast`] looks once more
+//! ([`last_look`]) before it answers "not acquired": a change may have gone
+//! unheard (pub/sub is at-most-once; a lease can end early without a
+//! message, and its re-check may not be due yet), and a queue's positions
+//! are current only in Redis. Once a wait has its
 //! first answer, a try that fails on a transient backend error (Redis
 //! restarting, a connection killed, a failover) is retried after a capped,
 //! jittered backoff until the deadline; the wait ends with that error only
@@ -649,6 +654,46 @@ async fn bounded<T>(
         .unwrap_or_else(|_| Err(StoreError::timeout()))
 }
 
+/// The deadline came: one more try before the wait answers "not acquired"
+/// — a change may have gone unheard (a lost wake message, a lease that
+/// ended early, a re-check not yet due), and only Redis knows a queue's
+/// positions now. The try is bounded as every try is: it must answer
+/// within [`MIN_TRY`] of the deadline (none is made once that has passed).
+/// It grants, refuses, or reports the blocker it found (recorded as the
+/// group's latest observation where there is a `group`); if it fails on a
+/// transient error, the wait answers what it knew (`known`).
+async fn last_look<T>(
+    shutdown: &CancellationToken,
+    deadline: Instant,
+    attempt: impl Future<Output = Result<Attempt<T>, StoreError>>,
+    group: Option<&watch::Sender<Latest>>,
+    known: impl FnOnce() -> Result<Outcome<T>, WaitError>,
+) -> Result<Outcome<T>, WaitError> {
+    let budget = (deadline + MIN_TRY).saturating_duration_since(Instant::now());
+    if budget.is_zero() {
+        return known();
+    }
+    let result = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
+        result = tokio::time::timeout(budget, attempt) => {
+            result.unwrap_or_else(|_| Err(StoreError::timeout()))
+        }
+    };
+    match result {
+        Ok(Attempt::Granted(grant)) => Ok(Outcome::Granted(grant)),
+        Ok(Attempt::Refused(r)) => Err(WaitError::Refused(r)),
+        Ok(Attempt::Blocked(blocked)) => {
+            if let Some(latest) = group {
+                observe(latest, blocked);
+            }
+            Ok(Outcome::TimedOut(blocked))
+        }
+        Err(e) if e.is_transient() => known(),
+        Err(e) => Err(WaitError::Backend(e)),
+    }
+}
+
 /// Capped exponential backoff with jitter (between half and all of the
 /// current step), so waiters don't retry in lockstep.
 struct Backoff {
@@ -729,7 +774,10 @@ impl Waiter {
                 // Cancel-safe arms: dropping `baton` leaves the queue.
                 _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
                 guard = &mut baton => break guard,
-                _ = sleep_until(deadline) => return latest.borrow().timed_out(),
+                _ = sleep_until(deadline) => {
+                    let known = || latest.borrow().timed_out();
+                    return last_look(&shutdown, deadline, attempt(), Some(latest), known).await;
+                }
                 _ = seen.changed() => report(&mut progress),
                 _ = tick.tick() => report(&mut progress),
             }
@@ -780,7 +828,9 @@ impl Waiter {
                     _ = wake.changed() => break,
                     _ = sleep_until(recheck.min(deadline)) => {
                         if Instant::now() >= deadline {
-                            return latest.borrow().timed_out();
+                            let known = || latest.borrow().timed_out();
+                            return last_look(&shutdown, deadline, attempt(), Some(latest), known)
+                                .await;
                         }
                         break;
                     }
@@ -822,7 +872,10 @@ impl Waiter {
             let try_now = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
-                _ = sleep_until(deadline) => return own.timed_out(),
+                _ = sleep_until(deadline) => {
+                    // Our last try's answer (Redis's) has our position now.
+                    return own.last_look(&shutdown, deadline, attempt(), &mut progress).await;
+                }
                 _ = wake.notified() => {
                     let note = desk.note.lock().clone();
                     match reading(note.as_deref(), place.ticket) {
@@ -900,7 +953,9 @@ impl Waiter {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
-                _ = sleep_until(deadline) => return own.timed_out(),
+                _ = sleep_until(deadline) => {
+                    return own.last_look(&shutdown, deadline, attempt(), &mut progress).await;
+                }
                 // The senders live as long as our groups' subscriptions,
                 // so `changed` never reports a closed channel here.
                 _ = futures_util::future::select_all(
@@ -974,6 +1029,25 @@ impl Own {
             Some(e) => Err(WaitError::Backend(e)),
             None => Ok(Outcome::TimedOut(self.now())),
         }
+    }
+
+    /// The deadline came: [`last_look`], reporting a changed blocker; a
+    /// look that fails on a transient error answers what the waiter knew.
+    async fn last_look<T>(
+        self,
+        shutdown: &CancellationToken,
+        deadline: Instant,
+        attempt: impl Future<Output = Result<Attempt<T>, StoreError>>,
+        progress: &mut impl FnMut(Blocked),
+    ) -> Result<Outcome<T>, WaitError> {
+        let now = self.now();
+        let looked = last_look(shutdown, deadline, attempt, None, || self.timed_out()).await;
+        if let Ok(Outcome::TimedOut(blocked)) = &looked
+            && differs(Some(now), *blocked)
+        {
+            progress(*blocked);
+        }
+        looked
     }
 
     /// One try, bounded by the deadline; reports a changed blocker.

@@ -23,7 +23,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
 use service::{Answer, Failure, Service};
-use supervise::Hold;
+use supervise::{Hold, Signals};
 
 /// Exit codes of the client commands besides the command's own (and 128+n
 /// for a command ended by signal n); README "Client tools" lists them.
@@ -61,8 +61,8 @@ pub const VARIABLES: [&str; 5] = [
     name = "latchkey",
     version,
     about = "latchkey's client tools: run a command under a lock, or use a latch",
-    after_help = "Exit codes: the command's own (128+n if signal n ended it); \
-                  64 refused or bad usage; 69 latchkey unreachable; \
+    after_help = "Exit codes: the command's own (128+n if signal n ended it, or came \
+                  while waiting for the hold); 64 refused or bad usage; 69 latchkey unreachable; \
                   75 not acquired (latch: not open) within the wait; \
                   76 the hold was lost and the command stopped; \
                   126/127 the command could not be run. \
@@ -326,6 +326,29 @@ impl Target {
         }
     }
 
+    /// Sends the release of `holder`'s hold, which is also how a waiter
+    /// leaves the queue; `Err` when no answer came within
+    /// [`RELEASE_TIMEOUT`].
+    async fn release(&self, service: &Service, holder: &str) -> Result<Answer, String> {
+        let path = self.release_path(holder);
+        service
+            .call(
+                Method::DELETE,
+                &path,
+                None,
+                HeaderMap::new(),
+                RELEASE_TIMEOUT,
+            )
+            .await
+    }
+
+    /// Whether a wait for it takes a place in a queue that outlasts the
+    /// request (README "Client tools"): fair locks, read-write locks and
+    /// semaphores; a plain lock keeps no queue.
+    fn queues(&self) -> bool {
+        !matches!(self.kind, Kind::Lock)
+    }
+
     /// How messages name it: `lock orders`, `read lock of rwlock orders`.
     fn describe(&self) -> String {
         match self.kind {
@@ -362,20 +385,59 @@ fn random_holder() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The longest a release (or a leave) may take before latchkey gives up on
+/// it: the lease then frees the hold, the queue grace the place.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
 async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
     let service = args.service.service()?;
     let holder = args.holder.unwrap_or_else(random_holder);
     let what = target.describe();
-    let grant = acquire(&service, &target, &holder, args.lease_ms, args.wait_ms)
-        .await
-        .map_err(|failure| Stop::from_failure(&what, failure))?;
+    // From here on SIGINT, SIGTERM and SIGHUP no longer end latchkey at
+    // once: while it waits, they end the wait (and it leaves the queue);
+    // while the command runs, they are forwarded to it.
+    let mut signals = Signals::install();
+    let waited = tokio::select! {
+        // Cancel safety: dropping the wait drops its request in flight;
+        // whatever that request got is left below.
+        acquired = acquire(&service, &target, &holder, args.lease_ms, args.wait_ms) => {
+            acquired.map_err(|failure| Stop::from_failure(&what, failure))
+        }
+        signal = signals.recv() => Err(Stop::new(
+            128u8.saturating_add(signal as u8),
+            format!("{what}: interrupted while waiting (signal {signal}); the command never ran"),
+        )),
+    };
+    let grant = match waited {
+        Ok(grant) => grant,
+        Err(stop) => {
+            if target.queues() && args.wait_ms != Some(0) {
+                leave(&service, &target, &holder, &mut signals).await;
+            }
+            return Err(stop);
+        }
+    };
     let hold = Hold::new(service, target, holder, &grant);
     supervise::run(
         hold,
+        signals,
         args.command,
         Duration::from_millis(args.kill_after_ms),
     )
     .await
+}
+
+/// A wait that gave up leaves the queue at once (a long-poll's place would
+/// otherwise stay for the service's queue grace and hold up every waiter
+/// behind it; a try takes none). The same DELETE releases a grant whose
+/// answer never arrived. Best effort: one request of at most
+/// [`RELEASE_TIMEOUT`], cut short by another signal; its answer (404 when
+/// the place was gone already) and its failure change nothing.
+async fn leave(service: &Service, target: &Target, holder: &str, signals: &mut Signals) {
+    tokio::select! {
+        _ = target.release(service, holder) => {}
+        _ = signals.recv() => {}
+    }
 }
 
 /// Acquires `target` for `holder`, waiting as asked.

@@ -11,15 +11,11 @@ use reqwest::Method;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use super::service::Service;
 use super::{Stop, Target, exit};
-
-/// The longest a release may take before latchkey gives up on it (the
-/// lease then frees the hold).
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A hold the client has, and how to keep it.
 pub struct Hold {
@@ -97,18 +93,7 @@ impl Hold {
 
     /// Releases the hold.
     async fn release(&self) -> Released {
-        let path = self.target.release_path(&self.holder);
-        let answer = self
-            .service
-            .call(
-                Method::DELETE,
-                &path,
-                None,
-                HeaderMap::new(),
-                RELEASE_TIMEOUT,
-            )
-            .await;
-        match answer {
+        match self.target.release(&self.service, &self.holder).await {
             Ok(answer) if answer.status == StatusCode::OK => Released::Done,
             Ok(answer) if answer.status == StatusCode::NOT_FOUND => {
                 Released::NotHeld(answer.detail())
@@ -135,17 +120,44 @@ enum Ended {
     Lost(String, ExitStatus),
 }
 
+/// The signals latchkey handles itself, from before the wait for the hold
+/// until it exits, so that none meant for the command ends latchkey.
+pub struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    /// Replaces the default action (ending latchkey) of SIGINT, SIGTERM
+    /// and SIGHUP.
+    pub fn install() -> Self {
+        let handle = |kind| signal(kind).expect("signal handlers install");
+        Signals {
+            interrupt: handle(SignalKind::interrupt()),
+            terminate: handle(SignalKind::terminate()),
+            hangup: handle(SignalKind::hangup()),
+        }
+    }
+
+    /// The next signal's number. Cancel safe (as `Signal::recv` is).
+    pub async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.interrupt.recv() => libc::SIGINT,
+            _ = self.terminate.recv() => libc::SIGTERM,
+            _ = self.hangup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
 /// Runs `command` under `hold`; returns latchkey's exit code.
-pub async fn run(mut hold: Hold, command: Vec<OsString>, kill_after: Duration) -> Result<u8, Stop> {
+pub async fn run(
+    mut hold: Hold,
+    mut signals: Signals,
+    command: Vec<OsString>,
+    kill_after: Duration,
+) -> Result<u8, Stop> {
     let what = hold.target.describe();
-    // Before the command starts, so no signal meant for it can end latchkey.
-    let mut signals = [
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ]
-    .map(|s| s.expect("signal handlers install"));
-    let [interrupt, terminate, hangup] = &mut signals;
     let mut child = match spawn(&hold, &command) {
         Ok(child) => child,
         Err(e) => {
@@ -184,9 +196,9 @@ pub async fn run(mut hold: Hold, command: Vec<OsString>, kill_after: Duration) -
                     crate::child::signal_group(pid, libc::SIGKILL);
                     kill_at = None;
                 }
-                _ = interrupt.recv() => { crate::child::signal_group(pid, libc::SIGINT); }
-                _ = terminate.recv() => { crate::child::signal_group(pid, libc::SIGTERM); }
-                _ = hangup.recv() => { crate::child::signal_group(pid, libc::SIGHUP); }
+                // A signal that came while latchkey was still starting
+                // the command is forwarded now.
+                signal = signals.recv() => { crate::child::signal_group(pid, signal); }
             }
         }
     };

@@ -34,6 +34,9 @@ pub struct Released {
     pub released: bool,
     /// Holds the holder still has.
     pub hold_count: u64,
+    /// True when the holder waited in a fair lock's queue and left it
+    /// instead of releasing (see [`Locks::leave_or_release`]).
+    pub left_queue: bool,
 }
 
 /// Public state of a lock (never the holder id).
@@ -65,6 +68,8 @@ struct KindScripts {
     acquire: &'static Script,
     undo: &'static Script,
     release: &'static Script,
+    /// A holder's DELETE: leave the queue if it waits, else release.
+    leave: &'static Script,
     force_unlock: &'static Script,
 }
 
@@ -101,12 +106,14 @@ impl Locks {
                 acquire: &scripts::LOCK_ACQUIRE,
                 undo: &scripts::LOCK_UNDO,
                 release: &scripts::LOCK_RELEASE,
+                leave: &scripts::LOCK_RELEASE,
                 force_unlock: &scripts::LOCK_FORCE_UNLOCK,
             },
             LockKind::Fair { .. } => KindScripts {
                 acquire: &scripts::FAIR_ACQUIRE,
                 undo: &scripts::FAIR_UNDO,
                 release: &scripts::FAIR_RELEASE,
+                leave: &scripts::FAIR_LEAVE,
                 force_unlock: &scripts::FAIR_FORCE_UNLOCK,
             },
         }
@@ -119,24 +126,22 @@ impl Locks {
 
     /// One try: take the lock, re-enter it, or report what blocks. The
     /// attempt id makes the try safe to repeat and possible to undo;
-    /// `wait_left_ms` (fair locks) keeps a waiter's queue entry for the
-    /// rest of its wait plus the grace.
+    /// `wait_left_ms` (fair locks) keeps a long-poll's queue entry for the
+    /// rest of its wait plus the grace, and is `None` for a try
+    /// (`wait_ms: 0`), which takes no place.
     pub async fn try_acquire(
         &self,
         name: &str,
         holder: &str,
         lease_ms: u64,
-        wait_left_ms: u64,
+        wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let keys = self.layout.keys(name, Some(attempt), &[]);
         let lease = lease_ms.to_string();
-        let args = self.layout.args(
-            name,
-            holder,
-            Some(wait_left_ms),
-            &[&lease, attempt.as_str()],
-        );
+        let args = self
+            .layout
+            .args(name, holder, wait_left_ms, &[&lease, attempt.as_str()]);
         let reply: Vec<Value> = self
             .layout
             .store
@@ -218,22 +223,45 @@ impl Locks {
         holder: &str,
         all: bool,
     ) -> Result<Option<Released>, StoreError> {
+        self.run_release(self.scripts().release, name, holder, all)
+            .await
+    }
+
+    /// A holder's `DELETE`: on a fair lock, a holder that waits in the
+    /// queue leaves it at once and releases nothing (`left_queue`; leaving
+    /// comes first, see `scripts/fair_leave.lua`); otherwise, and always on
+    /// a plain lock, a [`Locks::release`]. `Ok(None)` when the holder
+    /// neither holds nor waits.
+    pub async fn leave_or_release(
+        &self,
+        name: &str,
+        holder: &str,
+        all: bool,
+    ) -> Result<Option<Released>, StoreError> {
+        self.run_release(self.scripts().leave, name, holder, all)
+            .await
+    }
+
+    async fn run_release(
+        &self,
+        script: &Script,
+        name: &str,
+        holder: &str,
+        all: bool,
+    ) -> Result<Option<Released>, StoreError> {
         let keys = self.layout.keys(name, None, &[]);
         let args = self
             .layout
             .args(name, holder, None, &[if all { "1" } else { "0" }]);
-        let reply: Vec<Value> = self
-            .layout
-            .store
-            .write(self.scripts().release, &keys, &args)
-            .await?;
+        let reply: Vec<Value> = self.layout.store.write(script, &keys, &args).await?;
         match reply.as_slice() {
             [Value::Int(-1)] => Ok(None),
-            [Value::Int(freed), count] => Ok(Some(Released {
-                released: *freed == 1,
+            [Value::Int(code @ 0..=2), count] => Ok(Some(Released {
+                released: *code == 1,
                 hold_count: reply_u64(count, "count")?,
+                left_queue: *code == 2,
             })),
-            other => Err(StoreError::reply("lock_release", other)),
+            other => Err(StoreError::reply(script.name(), other)),
         }
     }
 

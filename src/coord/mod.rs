@@ -223,7 +223,9 @@ impl Layout {
     }
 
     /// The common arguments (wake channel, holder, queue grace, wait left),
-    /// then the script's own.
+    /// then the script's own. An acquire's `wait_left_ms` is `None` for a
+    /// try (`wait_ms: 0`), which takes no queue place; a long-poll's keeps
+    /// its place for the time left plus the grace (`scripts/queue.lua`).
     pub fn args(
         &self,
         name: &str,
@@ -282,16 +284,18 @@ impl Layout {
 }
 
 /// Reads a queued waiter's reply `[hint, position, ticket, recheck_ms]`
-/// (after the leading 0), as `scripts/queue.lua` builds it.
+/// (after the leading 0), as `scripts/queue.lua` builds it. A try has no
+/// place (ticket 0): it never waits.
 pub(crate) fn queued(reply: &[Value]) -> Result<Blocked, StoreError> {
     match reply {
         [hint, position, ticket, recheck] => {
             let recheck = reply_u64(recheck, "recheck")?;
+            let ticket = reply_u64(ticket, "ticket")?;
             Ok(Blocked {
                 retry_after_ms: reply_u64(hint, "hint")?,
                 position: Some(reply_u64(position, "position")?),
-                place: Some(Place {
-                    ticket: reply_u64(ticket, "ticket")?,
+                place: (ticket > 0).then_some(Place {
+                    ticket,
                     recheck_ms: (recheck > 0).then_some(recheck),
                 }),
                 available: None,

@@ -168,7 +168,7 @@ impl MultiLocks {
         for (done, &i) in order.iter().enumerate() {
             let tried = self
                 .locks
-                .try_acquire(&names[i], holder, lease_ms, 0, attempt)
+                .try_acquire(&names[i], holder, lease_ms, None, attempt)
                 .await;
             let blocked = match tried {
                 Ok(Attempt::Granted(grant)) => {

@@ -12,7 +12,7 @@
 use redis::Value;
 
 use super::{Attempt, AttemptId, Layout, Refusal, queued};
-use crate::store::{Store, StoreError, reply_u64, scripts};
+use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,11 @@ pub struct RwReleased {
     pub released: bool,
     /// Holds the holder keeps in `mode`.
     pub hold_count: u64,
+    /// The mode released, or waited for when it left the queue.
     pub mode: Mode,
+    /// True when the holder waited in the queue and left it instead of
+    /// releasing (see [`RwLocks::leave_or_release`]).
+    pub left_queue: bool,
 }
 
 /// Public state (never a holder id).
@@ -114,14 +118,14 @@ impl RwLocks {
         holder: &str,
         mode: Mode,
         lease_ms: u64,
-        wait_left_ms: u64,
+        wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<RwGrant>, StoreError> {
         let lease = lease_ms.to_string();
         let args = self.layout.args(
             name,
             holder,
-            Some(wait_left_ms),
+            wait_left_ms,
             &[mode.code(), &lease, attempt.as_str()],
         );
         let reply: Vec<Value> = self
@@ -189,6 +193,34 @@ impl RwLocks {
         mode: Option<Mode>,
         all: bool,
     ) -> Result<Option<RwReleased>, StoreError> {
+        self.run_release(&scripts::RW_RELEASE, name, holder, mode, all)
+            .await
+    }
+
+    /// A holder's `DELETE`: a holder that waits in the queue (for `mode`,
+    /// or for either mode with `None`) leaves it at once and releases
+    /// nothing (`left_queue`; leaving comes first, see
+    /// `scripts/rw_leave.lua`); otherwise a [`RwLocks::release`].
+    /// `Ok(None)` when the holder neither holds nor waits.
+    pub async fn leave_or_release(
+        &self,
+        name: &str,
+        holder: &str,
+        mode: Option<Mode>,
+        all: bool,
+    ) -> Result<Option<RwReleased>, StoreError> {
+        self.run_release(&scripts::RW_LEAVE, name, holder, mode, all)
+            .await
+    }
+
+    async fn run_release(
+        &self,
+        script: &Script,
+        name: &str,
+        holder: &str,
+        mode: Option<Mode>,
+        all: bool,
+    ) -> Result<Option<RwReleased>, StoreError> {
         let mode = mode.map(Mode::code).unwrap_or("");
         let args = self
             .layout
@@ -196,16 +228,20 @@ impl RwLocks {
         let reply: Vec<Value> = self
             .layout
             .store
-            .write(&scripts::RW_RELEASE, &self.keys(name, None), &args)
+            .write(script, &self.keys(name, None), &args)
             .await?;
         match reply.as_slice() {
             [Value::Int(-1)] => Ok(None),
-            [freed, count, mode] => Ok(Some(RwReleased {
-                released: reply_u64(freed, "released")? == 1,
-                hold_count: reply_u64(count, "count")?,
-                mode: Mode::from_reply(mode)?,
-            })),
-            other => Err(StoreError::reply("rw_release", other)),
+            [freed, count, mode] => {
+                let code = reply_u64(freed, "released")?;
+                Ok(Some(RwReleased {
+                    released: code == 1,
+                    hold_count: reply_u64(count, "count")?,
+                    mode: Mode::from_reply(mode)?,
+                    left_queue: code == 2,
+                }))
+            }
+            other => Err(StoreError::reply(script.name(), other)),
         }
     }
 

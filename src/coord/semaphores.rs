@@ -39,6 +39,16 @@ pub struct SemState {
     pub holders: u64,
 }
 
+/// The answer to a holder's `DELETE` ([`Semaphores::leave_or_release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemReleased {
+    /// The permits given back (0 when it left the queue).
+    pub released_permits: u64,
+    /// True when the holder waited in the queue and left it instead of
+    /// giving its permits back.
+    pub left_queue: bool,
+}
+
 #[derive(Clone, Debug)]
 pub struct Semaphores {
     layout: Layout,
@@ -114,14 +124,14 @@ impl Semaphores {
         holder: &str,
         permits: u64,
         lease_ms: u64,
-        wait_left_ms: u64,
+        wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<SemGrant>, StoreError> {
         let (permits, lease) = (permits.to_string(), lease_ms.to_string());
         let args = self.layout.args(
             name,
             holder,
-            Some(wait_left_ms),
+            wait_left_ms,
             &[&permits, &lease, attempt.as_str()],
         );
         let keys = self.layout.keys(name, Some(attempt), EXTRA);
@@ -187,14 +197,44 @@ impl Semaphores {
     /// Gives back all the holder's permits; how many. `Ok(None)` when it
     /// holds nothing.
     pub async fn release(&self, name: &str, holder: &str) -> Result<Option<u64>, StoreError> {
-        let keys = self.layout.keys(name, None, EXTRA);
-        let args = self.layout.args(name, holder, None, &[]);
-        let released: i64 = self
-            .layout
-            .store
-            .write(&scripts::SEM_RELEASE, &keys, &args)
+        let released = self
+            .run_release(&scripts::SEM_RELEASE, name, holder)
             .await?;
         Ok(u64::try_from(released).ok())
+    }
+
+    /// A holder's `DELETE`: a holder that waits in the queue (for any
+    /// number of permits) leaves it at once and gives nothing back
+    /// (`left_queue`; leaving comes first, see `scripts/sem_leave.lua`);
+    /// otherwise a [`Semaphores::release`]. `Ok(None)` when the holder
+    /// neither holds nor waits.
+    pub async fn leave_or_release(
+        &self,
+        name: &str,
+        holder: &str,
+    ) -> Result<Option<SemReleased>, StoreError> {
+        let code = self.run_release(&scripts::SEM_LEAVE, name, holder).await?;
+        Ok(match code {
+            -2 => Some(SemReleased {
+                released_permits: 0,
+                left_queue: true,
+            }),
+            n => u64::try_from(n).ok().map(|released_permits| SemReleased {
+                released_permits,
+                left_queue: false,
+            }),
+        })
+    }
+
+    async fn run_release(
+        &self,
+        script: &Script,
+        name: &str,
+        holder: &str,
+    ) -> Result<i64, StoreError> {
+        let keys = self.layout.keys(name, None, EXTRA);
+        let args = self.layout.args(name, holder, None, &[]);
+        self.layout.store.write(script, &keys, &args).await
     }
 
     /// The state; `Ok(None)` when the semaphore is not configured.

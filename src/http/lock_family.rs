@@ -74,6 +74,9 @@ pub struct AcquireRequest {
     pub lease_ms: Option<Millis>,
     /// How long to wait for the lock, in ms (default 0 = try once). The
     /// maximum is configuration (max_wait_ms); each server shows its own.
+    /// Where waiters queue (fair locks, read-write locks), a try takes no
+    /// place in the queue; a long-poll keeps its place for the queue grace
+    /// after it ends.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
     /// A session id (`POST /sessions`), in place of `lease_ms`: the hold
@@ -212,17 +215,19 @@ impl Checked {
         }
     }
 
-    /// When the request stops waiting.
-    pub fn deadline(&self) -> Instant {
-        self.arrived + std::time::Duration::from_millis(self.wait_ms)
+    /// When a long-poll stops waiting; `None` for a try (`wait_ms: 0`),
+    /// which takes no place where waiters queue (README: "Fair locks").
+    pub fn deadline(&self) -> Option<Instant> {
+        (self.wait_ms > 0).then(|| self.arrived + std::time::Duration::from_millis(self.wait_ms))
     }
 
-    /// The milliseconds left until [`Self::deadline`] (a queued waiter's
-    /// entry lasts that long plus the grace).
-    pub fn wait_left_ms(deadline: Instant) -> u64 {
-        deadline
-            .saturating_duration_since(Instant::now())
-            .as_millis() as u64
+    /// What a try of the request tells a queue: the milliseconds left until
+    /// its [`Self::deadline`] (a long-poll's entry lasts that long plus the
+    /// grace, so even its last try, at the deadline, keeps its place), or
+    /// `None` for a try, which takes no place. Whether a try queues comes
+    /// from the request's `wait_ms`, never from the time left.
+    pub fn wait_left_ms(deadline: Option<Instant>) -> Option<u64> {
+        deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64)
     }
 }
 
@@ -245,7 +250,8 @@ pub struct ReleaseQuery {
     pub all: Option<bool>,
 }
 
-/// The answer to a release.
+/// The answer to a release (or, on a fair lock, to a waiter leaving the
+/// queue).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"released": true, "hold_count": 0}))]
 pub struct Release {
@@ -253,6 +259,13 @@ pub struct Release {
     pub released: bool,
     /// Holds this holder still has.
     pub hold_count: u64,
+    /// Fair locks only, and there always: true when the holder waited in
+    /// the queue and this request took it out, at once, releasing nothing
+    /// (`released` false; a holder that also held keeps its holds: a
+    /// second DELETE releases). Absent on plain locks, which keep no queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub left_queue: Option<bool>,
 }
 
 /// A lock's (or fair lock's) public state (never the holder id).
@@ -297,8 +310,8 @@ struct LockAcquisition {
     holder: String,
     lease_ms: u64,
     /// When the request stops waiting (a fair waiter's queue entry lasts
-    /// until then plus the grace).
-    deadline: Instant,
+    /// until then plus the grace); `None` for a try, which takes no place.
+    deadline: Option<Instant>,
 }
 
 impl LockAcquisition {
@@ -376,14 +389,17 @@ impl Held for LockAcquisition {
     }
 }
 
+/// What a "not acquired" answer of a queued primitive says about places.
+pub const QUEUED: &str = "A try (wait_ms 0) takes no place in the queue; a long-poll keeps its \
+    place for the queue grace after it ends, so poll again with the same holder within it";
+
 /// 409 `lock-held` of a lock of either kind: the hint, and on fair locks
 /// the waiter's position.
 pub fn lock_held(blocked: Blocked) -> ApiError {
     let mut problem = ApiError::lock_held(blocked.retry_after_ms);
     if let Some(position) = blocked.position {
         problem.problem.detail = format!(
-            "the lock is held, or waiters are queued ahead: {position} ahead of this holder; poll \
-             again with the same holder within the queue grace to keep the place"
+            "the lock is held, or waiters are queued ahead: {position} ahead of this holder. {QUEUED}"
         );
         problem.problem.position = Some(position);
     }
@@ -429,6 +445,12 @@ pub trait HoldApi: Sync {
     const NOT_HELD: &'static str =
         "this holder does not hold the lock (released, expired, or never acquired)";
 
+    /// The detail of a release's 404 `not-held` (where waiters queue, the
+    /// holder neither holds nor waits).
+    fn not_held_or_waiting(&self) -> &'static str {
+        Self::NOT_HELD
+    }
+
     /// The pub/sub channel its waiters wait on (to count them).
     fn wake_channel(&self, name: &str) -> String;
 
@@ -439,6 +461,9 @@ pub trait HoldApi: Sync {
         lease_ms: Option<u64>,
     ) -> impl Future<Output = Result<Option<Self::Renewed>, StoreError>> + Send;
 
+    /// A holder's `DELETE`: a release or, where waiters queue, a waiter
+    /// leaving the queue (leaving comes first). `None` when the holder
+    /// neither holds nor waits.
     fn let_go(
         &self,
         name: &ScopedName,
@@ -485,12 +510,24 @@ impl HoldApi for Locks {
         query: ReleaseQuery,
     ) -> Result<Option<Release>, StoreError> {
         let released = self
-            .release(&name.key, holder, query.all.unwrap_or(false))
+            .leave_or_release(&name.key, holder, query.all.unwrap_or(false))
             .await?;
+        let queued = matches!(self.kind(), LockKind::Fair { .. });
         Ok(released.map(|r| Release {
             released: r.released,
             hold_count: r.hold_count,
+            left_queue: queued.then_some(r.left_queue),
         }))
+    }
+
+    fn not_held_or_waiting(&self) -> &'static str {
+        match self.kind() {
+            LockKind::Plain => Self::NOT_HELD,
+            LockKind::Fair { .. } => {
+                "this holder neither holds the lock nor waits in its queue (released, expired, \
+                 never acquired, or its place lapsed)"
+            }
+        }
     }
 
     async fn status(&self, name: ScopedName, waiters: u64) -> Result<LockStatus, ApiError> {
@@ -537,7 +574,7 @@ pub async fn release<H: HoldApi>(
     let (name, holder) = path.scoped(&scope)?;
     match holds.let_go(&name, &holder, query).await? {
         Some(released) => Ok(Json(released)),
-        None => Err(ApiError::not_held(H::NOT_HELD)),
+        None => Err(ApiError::not_held(holds.not_held_or_waiting())),
     }
 }
 
@@ -577,6 +614,7 @@ macro_rules! lock_routes {
         object: $object:tt,
         conflict: $conflict:tt,
         conflict_example: $conflict_example:ident,
+        release: [$($release:literal),+ $(,)?],
         stream_example: $stream:tt $(,)?
     ) => {
         use axum::http::HeaderMap;
@@ -637,6 +675,7 @@ macro_rules! lock_routes {
             object: $object,
             renewed: Grant,
             query: ReleaseQuery,
+            release: [$($release),+],
             released: Release,
             status: LockStatus,
             status_errors: NameErrors,
@@ -663,6 +702,7 @@ macro_rules! hold_routes {
         object: $object:tt,
         renewed: $renewed:ty,
         query: $query:ty,
+        release: [$($release:literal),+ $(,)?],
         released: $released:ty,
         status: $status:ty,
         status_errors: $status_errors:ty,
@@ -703,7 +743,7 @@ macro_rules! hold_routes {
             family::heartbeat(&state, &state.$field, scope, path, body).await
         }
 
-        /// Release one hold (or every hold, with `?all=true`).
+        $(#[doc = $release])+
         #[utoipa::path(
             delete,
             path = $holder,

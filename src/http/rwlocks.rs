@@ -14,7 +14,7 @@ use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::http::access::ScopedName;
-use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi};
+use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, QUEUED};
 use crate::http::longpoll::Acquisition;
 use crate::http::responses::{AcquireErrors, NoSessionErrors, examples};
 use crate::http::sessions::{self, Held};
@@ -90,16 +90,21 @@ pub struct RwReleaseQuery {
     pub all: Option<bool>,
 }
 
-/// The answer to a release.
+/// The answer to a release (or to a waiter leaving the queue).
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"released": true, "hold_count": 0, "mode": "write"}))]
+#[schema(example = json!({"released": true, "hold_count": 0, "mode": "write", "left_queue": false}))]
 pub struct RwRelease {
     /// True when the rwlock became free.
     pub released: bool,
     /// Holds of this mode the holder still has.
     pub hold_count: u64,
-    /// The mode released.
+    /// The mode released (when it left the queue: the mode it waited for,
+    /// `write` if it waited for both).
     pub mode: RwMode,
+    /// True when the holder waited in the queue and this request took it
+    /// out, at once, releasing nothing (`released` false; a holder that
+    /// also held keeps its holds: a second DELETE releases). Always present.
+    pub left_queue: bool,
 }
 
 /// An rwlock's public state (never a holder id).
@@ -131,7 +136,8 @@ struct RwAcquisition {
     holder: String,
     mode: Mode,
     lease_ms: u64,
-    deadline: Instant,
+    /// `None` for a try, which takes no queue place.
+    deadline: Option<Instant>,
 }
 
 impl Acquisition for RwAcquisition {
@@ -175,7 +181,10 @@ impl Acquisition for RwAcquisition {
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        ApiError::lock_held(blocked.retry_after_ms)
+        let mut problem = ApiError::lock_held(blocked.retry_after_ms);
+        problem.problem.detail =
+            format!("the rwlock is held, or waiters are queued ahead. {QUEUED}");
+        problem
     }
 
     /// Read-write locks report the hint only: their queue orders readers
@@ -333,13 +342,19 @@ impl HoldApi for RwLocks {
     ) -> Result<Option<RwRelease>, StoreError> {
         let mode = query.mode.map(Mode::from);
         let released = self
-            .release(&name.key, holder, mode, query.all.unwrap_or(false))
+            .leave_or_release(&name.key, holder, mode, query.all.unwrap_or(false))
             .await?;
         Ok(released.map(|r| RwRelease {
             released: r.released,
             hold_count: r.hold_count,
             mode: r.mode.into(),
+            left_queue: r.left_queue,
         }))
+    }
+
+    fn not_held_or_waiting(&self) -> &'static str {
+        "this holder neither holds the rwlock (in that mode) nor waits in its queue (released, \
+         expired, never acquired, or its place lapsed)"
     }
 
     async fn status(&self, name: ScopedName, waiters: u64) -> Result<RwLockStatus, ApiError> {
@@ -370,6 +385,15 @@ super::lock_family::hold_routes! {
     object: "/rwlocks/{name}",
     renewed: RwGrantBody,
     query: RwReleaseQuery,
+    release: [
+        "Release one hold (or every hold of the mode, with `?all=true`), or leave the queue.",
+        "",
+        "A holder that waits in the queue (for `?mode`, or for either mode without it) leaves it \
+        at once: 200 with `left_queue: true`, `released: false`, the `mode` it waited for and \
+        nothing released; whoever can now be granted is woken. Leaving comes first: a holder \
+        that both holds and waits (a reader queued for write) keeps its holds (a second DELETE \
+        releases). 404 only for a holder that neither holds nor waits.",
+    ],
     released: RwRelease,
     status: RwLockStatus,
     status_errors: NameErrors,

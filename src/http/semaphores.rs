@@ -16,7 +16,7 @@ use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ProblemType;
 use crate::http::access::ScopedName;
 use crate::http::extract::Millis;
-use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi};
+use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, QUEUED};
 use crate::http::longpoll::Acquisition;
 use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors, examples};
 use crate::http::sessions::{self, Held};
@@ -85,6 +85,8 @@ pub struct SemaphoreAcquireRequest {
     pub lease_ms: Option<Millis>,
     /// How long to wait for the permits, in ms (default 0 = try once). The
     /// maximum is configuration (max_wait_ms); each server shows its own.
+    /// A try takes no place in the queue; a long-poll keeps its place for
+    /// the queue grace after it ends.
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
     pub wait_ms: Option<Millis>,
     /// A session id (`POST /sessions`), in place of `lease_ms`: the permits
@@ -125,12 +127,17 @@ impl SemaphoreGrant {
 #[into_params(parameter_in = Query)]
 pub struct SemaphoreReleaseQuery {}
 
-/// The answer to a release.
+/// The answer to a release (or to a waiter leaving the queue).
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"released_permits": 2}))]
+#[schema(example = json!({"released_permits": 2, "left_queue": false}))]
 pub struct SemaphoreRelease {
     /// The permits given back.
     pub released_permits: u64,
+    /// True when the holder waited in the queue and this request took it
+    /// out, at once, giving nothing back (`released_permits` 0; a holder
+    /// that also held keeps its permits: a second DELETE gives them back).
+    /// Always present.
+    pub left_queue: bool,
 }
 
 /// The answer to a deletion.
@@ -147,8 +154,7 @@ pub fn no_permits(blocked: Blocked) -> ApiError {
     let mut problem = ApiError::new(
         StatusCode::CONFLICT,
         ProblemType::NoPermits,
-        "not enough permits are available, or waiters are queued ahead; poll again with the \
-         same holder within the queue grace to keep the place",
+        format!("not enough permits are available, or waiters are queued ahead. {QUEUED}"),
     )
     .with_retry_after_ms(blocked.retry_after_ms);
     problem.problem.available = blocked.available;
@@ -164,7 +170,8 @@ struct SemAcquisition {
     holder: String,
     permits: u64,
     lease_ms: u64,
-    deadline: Instant,
+    /// `None` for a try, which takes no queue place.
+    deadline: Option<Instant>,
 }
 
 impl Acquisition for SemAcquisition {
@@ -303,7 +310,8 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"posi
             was deleted or never existed", body = Problem, content_type = "application/problem+json",
             examples(("not-found" = (value = json!(examples::not_found()))))),
         (status = 409, description = "Not enough permits, or waiters queued ahead (`no-permits`), with \
-            `available`, `retry_after_ms` and `position`", body = Problem, content_type = "application/problem+json",
+            `available`, `retry_after_ms` and `position`. A try (`wait_ms` 0) takes no place in the queue; \
+            a long-poll keeps its place for the queue grace after it ends", body = Problem, content_type = "application/problem+json",
             examples(("no-permits" = (value = json!(examples::no_permits()))))),
         AcquireErrors,
     )
@@ -349,6 +357,11 @@ impl HoldApi for Semaphores {
     const NOT_HELD: &'static str =
         "this holder holds no permits (released, expired, or never acquired)";
 
+    fn not_held_or_waiting(&self) -> &'static str {
+        "this holder neither holds permits nor waits in the queue (released, expired, never \
+         acquired, or its place lapsed)"
+    }
+
     fn wake_channel(&self, name: &str) -> String {
         Semaphores::wake_channel(self, name)
     }
@@ -369,8 +382,11 @@ impl HoldApi for Semaphores {
         holder: &str,
         _query: SemaphoreReleaseQuery,
     ) -> Result<Option<SemaphoreRelease>, StoreError> {
-        let released = self.release(&name.key, holder).await?;
-        Ok(released.map(|released_permits| SemaphoreRelease { released_permits }))
+        let released = self.leave_or_release(&name.key, holder).await?;
+        Ok(released.map(|r| SemaphoreRelease {
+            released_permits: r.released_permits,
+            left_queue: r.left_queue,
+        }))
     }
 
     async fn status(&self, name: ScopedName, waiters: u64) -> Result<SemaphoreStatus, ApiError> {
@@ -397,6 +413,14 @@ super::lock_family::hold_routes! {
     object: "/semaphores/{name}",
     renewed: SemaphoreGrant,
     query: SemaphoreReleaseQuery,
+    release: [
+        "Give back all the holder's permits, or leave the queue.",
+        "",
+        "A holder that waits in the queue leaves it at once: 200 with `left_queue: true` and \
+        `released_permits: 0`; the waiters the permits now serve are woken. Leaving comes first: \
+        a holder that holds permits and waits for more keeps them (a second DELETE gives them \
+        back). 404 only for a holder that neither holds nor waits.",
+    ],
     released: SemaphoreRelease,
     status: SemaphoreStatus,
     status_errors: ObjectErrors,

@@ -674,3 +674,181 @@ async fn a_lost_hold_stops_every_process_the_command_started() {
     assert_eq!(output.status.code(), Some(76));
     assert_eq!(stdout(&output), "", "the script never finished");
 }
+
+/// A queued primitive a `latchkey` command can wait on, blocked by another
+/// holder: the issue's scenario of a waiter that gives up, run for each.
+struct Queued {
+    /// What the assertions call it.
+    what: &'static str,
+    /// The command's arguments before the wait's (`lock NAME --fair`).
+    args: Vec<String>,
+    /// The blocker's acquire path.
+    block: String,
+    /// The blocker's release path.
+    unblock: String,
+    /// The path of a try by a third holder after the blocker released.
+    try_path: String,
+    /// The object's state path (for its `waiters`).
+    state: String,
+}
+
+impl Queued {
+    /// Fair lock, the write and the read side of a read-write lock (a
+    /// write try after either: it is refused while anyone is queued
+    /// ahead), and a semaphore of one permit.
+    async fn all(app: &TestApp, prefix: &str) -> Vec<Queued> {
+        let fair = format!("{prefix}-fair");
+        let write = format!("{prefix}-write");
+        let read = format!("{prefix}-read");
+        let sem = format!("{prefix}-sem");
+        let put = app
+            .client
+            .put(app.url(&format!("/semaphores/{sem}")))
+            .json(&json!({"permits": 1}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 200);
+        let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect();
+        vec![
+            Queued {
+                what: "fair lock",
+                args: args(&["lock", &fair, "--fair"]),
+                block: format!("/fair-locks/{fair}/acquire"),
+                unblock: format!("/fair-locks/{fair}/holders/blocker"),
+                try_path: format!("/fair-locks/{fair}/acquire"),
+                state: format!("/fair-locks/{fair}"),
+            },
+            Queued {
+                what: "rwlock write",
+                args: args(&["rwlock", &write, "--write"]),
+                block: format!("/rwlocks/{write}/read/acquire"),
+                unblock: format!("/rwlocks/{write}/holders/blocker?mode=read"),
+                try_path: format!("/rwlocks/{write}/write/acquire"),
+                state: format!("/rwlocks/{write}"),
+            },
+            Queued {
+                what: "rwlock read",
+                args: args(&["rwlock", &read, "--read"]),
+                block: format!("/rwlocks/{read}/write/acquire"),
+                unblock: format!("/rwlocks/{read}/holders/blocker?mode=write"),
+                try_path: format!("/rwlocks/{read}/write/acquire"),
+                state: format!("/rwlocks/{read}"),
+            },
+            Queued {
+                what: "semaphore",
+                args: args(&["semaphore", &sem]),
+                block: format!("/semaphores/{sem}/acquire"),
+                unblock: format!("/semaphores/{sem}/holders/blocker"),
+                try_path: format!("/semaphores/{sem}/acquire"),
+                state: format!("/semaphores/{sem}"),
+            },
+        ]
+    }
+
+    async fn block(&self, app: &TestApp) {
+        let grant = app
+            .post(&self.block, json!({"holder": "blocker", "lease_ms": 30000}))
+            .await;
+        assert_eq!(grant.status(), 201, "{}: the blocker holds", self.what);
+    }
+
+    /// The command's arguments with these after the object's.
+    fn command<'a>(&'a self, more: &[&'a str]) -> Vec<&'a str> {
+        let mut all: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        all.extend_from_slice(more);
+        all
+    }
+
+    /// Until the command waits on the object.
+    async fn until_waiting(&self, app: &TestApp) {
+        let waiting = eventually(Duration::from_secs(5), || async {
+            app.get_json(&self.state).await["waiters"] == 1
+        })
+        .await;
+        assert!(waiting, "{}: the command waits", self.what);
+    }
+
+    /// The blocker releases; then a try by a third holder must be granted
+    /// at once: the command that gave up left no place behind.
+    async fn assert_no_place_left(&self, app: &TestApp) {
+        let released = app
+            .client
+            .delete(app.url(&self.unblock))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            released.status(),
+            200,
+            "{}: the blocker releases",
+            self.what
+        );
+        let tried = app
+            .post(&self.try_path, json!({"holder": "third", "wait_ms": 0}))
+            .await;
+        let status = tried.status();
+        let body: Value = tried.json().await.unwrap();
+        assert_eq!(
+            status, 201,
+            "{}: a try after the release is granted at once, the command that gave up \
+             left its queue: {body}",
+            self.what
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_command_whose_wait_ends_leaves_the_queue_it_waited_in() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for queued in Queued::all(&app, "timeout").await {
+        queued.block(&app).await;
+        let refused = output(
+            &app,
+            &queued.command(&["--wait-ms", "400", "--", "sh", "-c", "echo ran"]),
+        )
+        .await;
+        assert_eq!(refused.status.code(), Some(75), "{}", queued.what);
+        assert_eq!(stdout(&refused), "", "{}: never ran", queued.what);
+        queued.assert_no_place_left(&app).await;
+    }
+}
+
+#[tokio::test]
+async fn sigint_or_sigterm_while_waiting_leaves_the_queue_and_exits_128_plus_the_signal() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let queued = Queued::all(&app, "signal").await;
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGINT, libc::SIGTERM];
+    for (queued, signal) in queued.iter().zip(signals) {
+        queued.block(&app).await;
+        // Without a bound on the wait, and with a holder of its own.
+        let child = spawn(
+            &app,
+            &queued.command(&["--holder", "gives-up", "--", "sh", "-c", "echo ran"]),
+        );
+        queued.until_waiting(&app).await;
+        latchkey::child::signal(child.id().unwrap(), signal);
+        let output = tokio::time::timeout(Duration::from_secs(5), child.wait_with_output())
+            .await
+            .expect("latchkey ends when signalled")
+            .unwrap();
+        queued.assert_no_place_left(&app).await;
+        assert_eq!(
+            output.status.code(),
+            Some(128 + signal),
+            "{}: {:?} {}",
+            queued.what,
+            output.status,
+            stderr(&output)
+        );
+        assert_eq!(stdout(&output), "", "{}: never ran", queued.what);
+        assert!(
+            stderr(&output).contains("interrupted while waiting"),
+            "{}: {}",
+            queued.what,
+            stderr(&output)
+        );
+    }
+}

@@ -108,8 +108,10 @@ async fn position_counts_down_in_409s_and_in_sse_waiting_events() {
     let a = spawn_app(test_config(&redis)).await;
     let b = spawn_app(test_config(&redis)).await;
     fair_acquire(&a, "p", json!({"holder": "owner"})).await;
-    assert_queued(fair_acquire(&a, "p", json!({"holder": "w1"})).await, 0).await;
-    assert_queued(fair_acquire(&b, "p", json!({"holder": "w2"})).await, 1).await;
+    // Short long-polls take places (a try would take none).
+    let poll = |holder: &str| json!({"holder": holder, "wait_ms": 100});
+    assert_queued(fair_acquire(&a, "p", poll("w1")).await, 0).await;
+    assert_queued(fair_acquire(&b, "p", poll("w2")).await, 1).await;
     // w3 streams from instance b.
     let stream = b
         .client
@@ -144,7 +146,7 @@ async fn position_counts_down_in_409s_and_in_sse_waiting_events() {
     let grant = fair_acquire(&a, "p", json!({"holder": "w1", "wait_ms": 5000})).await;
     assert_eq!(grant.status(), 201);
     assert_eq!(next_position().await, 1);
-    assert_queued(fair_acquire(&b, "p", json!({"holder": "w2"})).await, 0).await;
+    assert_queued(fair_acquire(&b, "p", poll("w2")).await, 0).await;
     fair_release(&a, "p", "w1").await;
     let grant = fair_acquire(&b, "p", json!({"holder": "w2", "wait_ms": 5000})).await;
     assert_eq!(grant.status(), 201);
@@ -190,17 +192,19 @@ async fn polling_again_within_the_grace_keeps_the_place_and_after_it_loses_it() 
     let redis = redis();
     let app = spawn_app(with_grace(&redis, 400)).await;
     fair_acquire(&app, "r", json!({"holder": "owner"})).await;
-    assert_queued(fair_acquire(&app, "r", json!({"holder": "w1"})).await, 0).await;
-    assert_queued(fair_acquire(&app, "r", json!({"holder": "w2"})).await, 1).await;
+    // Polls are short long-polls: a try would take no place.
+    let poll = |holder: &str| json!({"holder": holder, "wait_ms": 50});
+    assert_queued(fair_acquire(&app, "r", poll("w1")).await, 0).await;
+    assert_queued(fair_acquire(&app, "r", poll("w2")).await, 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_queued(fair_acquire(&app, "r", json!({"holder": "w1"})).await, 0).await;
+    assert_queued(fair_acquire(&app, "r", poll("w1")).await, 0).await;
     // w2 keeps polling; w1 stops.
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        fair_acquire(&app, "r", json!({"holder": "w2"})).await;
+        fair_acquire(&app, "r", poll("w2")).await;
     }
-    assert_queued(fair_acquire(&app, "r", json!({"holder": "w2"})).await, 0).await;
-    assert_queued(fair_acquire(&app, "r", json!({"holder": "w1"})).await, 1).await;
+    assert_queued(fair_acquire(&app, "r", poll("w2")).await, 0).await;
+    assert_queued(fair_acquire(&app, "r", poll("w1")).await, 1).await;
 }
 
 #[tokio::test]
@@ -208,7 +212,8 @@ async fn a_waiter_that_stops_polling_is_skipped_once_its_grace_runs_out() {
     let redis = redis();
     let app = spawn_app(with_grace(&redis, 600)).await;
     fair_acquire(&app, "s", json!({"holder": "owner"})).await;
-    assert_queued(fair_acquire(&app, "s", json!({"holder": "gone"})).await, 0).await;
+    let poll = json!({"holder": "gone", "wait_ms": 50});
+    assert_queued(fair_acquire(&app, "s", poll).await, 0).await;
     let waiter = app.spawn_post(
         &acquire_path("s"),
         json!({"holder": "patient", "wait_ms": 5000}),

@@ -14,6 +14,7 @@ mod model;
 mod multilocks;
 mod openapi;
 mod ops;
+mod queues;
 mod ratelimiters;
 mod redlock;
 mod rwlocks;

@@ -80,7 +80,7 @@ async fn readers_share_and_a_writer_excludes_everyone() {
     let released: Value = release(&app, "x", "w", "").await.json().await.unwrap();
     assert_eq!(
         released,
-        json!({"released": true, "hold_count": 0, "mode": "write"})
+        json!({"released": true, "hold_count": 0, "mode": "write", "left_queue": false})
     );
     assert_eq!(rw_state(&app, "x").await["mode"], Value::Null);
 }
@@ -147,7 +147,7 @@ async fn the_writer_downgrades_by_reading_then_releasing_the_write() {
         .unwrap();
     assert_eq!(
         released,
-        json!({"released": false, "hold_count": 0, "mode": "write"})
+        json!({"released": false, "hold_count": 0, "mode": "write", "left_queue": false})
     );
     let state = rw_state(&app, "d").await;
     assert_eq!(

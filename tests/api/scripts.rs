@@ -189,7 +189,7 @@ async fn acquire_sets_the_lease_as_a_redis_ttl_and_the_fence_never_expires() {
     let redis = redis();
     let locks = locks(&redis).await;
     let granted = locks
-        .try_acquire("k", "h", 5000, 0, &AttemptId::new())
+        .try_acquire("k", "h", 5000, None, &AttemptId::new())
         .await
         .unwrap();
     assert!(matches!(
@@ -214,11 +214,11 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
     let redis = redis();
     let locks = locks(&redis).await;
     locks
-        .try_acquire("k", "a", 3000, 0, &AttemptId::new())
+        .try_acquire("k", "a", 3000, None, &AttemptId::new())
         .await
         .unwrap();
     match locks
-        .try_acquire("k", "b", 3000, 0, &AttemptId::new())
+        .try_acquire("k", "b", 3000, None, &AttemptId::new())
         .await
         .unwrap()
     {
@@ -239,7 +239,7 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
     let _: bool = conn.persist("t:{k}:lock").await.unwrap();
     assert!(matches!(
         locks
-            .try_acquire("k", "b", 3000, 0, &AttemptId::new())
+            .try_acquire("k", "b", 3000, None, &AttemptId::new())
             .await
             .unwrap(),
         Attempt::Blocked(Blocked {
@@ -254,11 +254,11 @@ async fn reentry_resets_the_lease_and_keeps_the_token() {
     let redis = redis();
     let locks = locks(&redis).await;
     locks
-        .try_acquire("k", "a", 1000, 0, &AttemptId::new())
+        .try_acquire("k", "a", 1000, None, &AttemptId::new())
         .await
         .unwrap();
     let again = locks
-        .try_acquire("k", "a", 8000, 0, &AttemptId::new())
+        .try_acquire("k", "a", 8000, None, &AttemptId::new())
         .await
         .unwrap();
     assert!(matches!(
@@ -288,7 +288,8 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
         locks.release("k", "a", false).await.unwrap(),
         Some(Released {
             released: false,
-            hold_count: 1
+            hold_count: 1,
+            left_queue: false
         })
     );
     assert_eq!(
@@ -300,7 +301,8 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
         locks.release("k", "a", false).await.unwrap(),
         Some(Released {
             released: true,
-            hold_count: 0
+            hold_count: 0,
+            left_queue: false
         })
     );
     let message = tokio::time::timeout(Duration::from_secs(1), messages.next())
@@ -316,7 +318,7 @@ async fn release_publishes_exactly_when_the_lock_becomes_free() {
     );
 
     locks
-        .try_acquire("k", "c", 5000, 0, &AttemptId::new())
+        .try_acquire("k", "c", 5000, None, &AttemptId::new())
         .await
         .unwrap();
     assert!(locks.force_unlock("k").await.unwrap());
@@ -338,7 +340,7 @@ async fn heartbeat_renews_only_for_the_holder_and_cannot_revive_an_expired_hold(
     let redis = redis();
     let locks = locks(&redis).await;
     locks
-        .try_acquire("k", "a", 500, 0, &AttemptId::new())
+        .try_acquire("k", "a", 500, None, &AttemptId::new())
         .await
         .unwrap();
     assert_eq!(locks.heartbeat("k", "b", Some(9000)).await.unwrap(), None);
@@ -366,7 +368,7 @@ async fn state_reads_one_snapshot_without_the_holder() {
 async fn hold_twice(locks: &Locks, name: &str, holder: &str) {
     for _ in 0..2 {
         let attempt = AttemptId::new();
-        let tried = locks.try_acquire(name, holder, 5000, 0, &attempt).await;
+        let tried = locks.try_acquire(name, holder, 5000, None, &attempt).await;
         assert!(matches!(tried.unwrap(), Attempt::Granted(_)));
     }
 }
@@ -384,11 +386,11 @@ async fn an_attempt_repeated_after_a_lost_reply_grants_once() {
     let locks = locks(&redis).await;
     let attempt = AttemptId::new();
     let first = locks
-        .try_acquire("k", "a", 5000, 0, &attempt)
+        .try_acquire("k", "a", 5000, None, &attempt)
         .await
         .unwrap();
     let again = locks
-        .try_acquire("k", "a", 5000, 0, &attempt)
+        .try_acquire("k", "a", 5000, None, &attempt)
         .await
         .unwrap();
     assert_eq!((count_of(first), count_of(again)), (1, 1));
@@ -400,11 +402,17 @@ async fn undo_gives_back_only_what_its_own_attempt_granted() {
     let redis = redis();
     let locks = locks(&redis).await;
     let (first, second, blocked) = (AttemptId::new(), AttemptId::new(), AttemptId::new());
-    locks.try_acquire("k", "a", 5000, 0, &first).await.unwrap();
-    locks.try_acquire("k", "a", 5000, 0, &second).await.unwrap();
+    locks
+        .try_acquire("k", "a", 5000, None, &first)
+        .await
+        .unwrap();
+    locks
+        .try_acquire("k", "a", 5000, None, &second)
+        .await
+        .unwrap();
     assert!(matches!(
         locks
-            .try_acquire("k", "b", 5000, 0, &blocked)
+            .try_acquire("k", "b", 5000, None, &blocked)
             .await
             .unwrap(),
         Attempt::Blocked(_)
@@ -431,8 +439,14 @@ async fn a_released_hold_is_not_given_back_twice() {
     let redis = redis();
     let locks = locks(&redis).await;
     let (first, second) = (AttemptId::new(), AttemptId::new());
-    locks.try_acquire("k", "a", 5000, 0, &first).await.unwrap();
-    locks.try_acquire("k", "a", 5000, 0, &second).await.unwrap();
+    locks
+        .try_acquire("k", "a", 5000, None, &first)
+        .await
+        .unwrap();
+    locks
+        .try_acquire("k", "a", 5000, None, &second)
+        .await
+        .unwrap();
     // The holder releases one hold (the latest, `second`'s) by itself.
     locks.release("k", "a", false).await.unwrap();
     assert!(!locks.undo("k", "a", &second).await.unwrap());
@@ -448,7 +462,12 @@ async fn an_undo_that_arrives_first_keeps_its_late_attempt_from_granting() {
     let locks = locks(&redis).await;
     let late = AttemptId::new();
     assert!(!locks.undo("k", "a", &late).await.unwrap());
-    assert!(locks.try_acquire("k", "a", 5000, 0, &late).await.is_err());
+    assert!(
+        locks
+            .try_acquire("k", "a", 5000, None, &late)
+            .await
+            .is_err()
+    );
     assert!(!locks.state("k").await.unwrap().locked);
     let mut conn = redis_conn(&redis).await;
     let marker_ttl: i64 = conn

@@ -147,7 +147,7 @@ async fn permits_are_configured_taken_renewed_and_given_back() {
     assert_eq!(released.status(), StatusCode::OK);
     assert_eq!(
         released.json::<Value>().await.unwrap(),
-        json!({"released_permits": 3})
+        json!({"released_permits": 3, "left_queue": false})
     );
     let state = sem_state(&app, "s").await;
     assert_eq!(
@@ -158,9 +158,9 @@ async fn permits_are_configured_taken_renewed_and_given_back() {
         let exists: bool = conn.exists(gone).await.unwrap();
         assert!(!exists, "{gone} goes with the last hold");
     }
-    // b's 409 kept its place in the queue for one grace (5 s).
-    let ttl: i64 = conn.pttl("latchkey:{s}:sem:queue").await.unwrap();
-    assert!(ttl > 3000 && ttl <= 5000, "queue ttl {ttl}");
+    // b's try (no `wait_ms`) took no place in the queue.
+    let queued: bool = conn.exists("latchkey:{s}:sem:queue").await.unwrap();
+    assert!(!queued, "a try queues nothing");
 
     // A new holder gets a larger token.
     let b = granted(acquire(&app, "s", json!({"holder": "b"})).await).await;
@@ -588,19 +588,19 @@ async fn an_undo_gives_back_exactly_its_attempts_permits() {
         other => panic!("expected a grant, got {other:?}"),
     };
     grant(
-        sems.try_acquire("s", "h", 1, 30000, 0, &first)
+        sems.try_acquire("s", "h", 1, 30000, None, &first)
             .await
             .unwrap(),
     );
     let both = grant(
-        sems.try_acquire("s", "h", 2, 30000, 0, &second)
+        sems.try_acquire("s", "h", 2, 30000, None, &second)
             .await
             .unwrap(),
     );
     assert_eq!(both.permits, 3);
     // The same attempt again grants nothing more.
     let again = grant(
-        sems.try_acquire("s", "h", 2, 30000, 0, &second)
+        sems.try_acquire("s", "h", 2, 30000, None, &second)
             .await
             .unwrap(),
     );
@@ -615,7 +615,7 @@ async fn an_undo_gives_back_exactly_its_attempts_permits() {
     let late = AttemptId::new();
     assert!(!sems.undo("s", "h", &late).await.unwrap());
     assert!(
-        sems.try_acquire("s", "h", 1, 30000, 0, &late)
+        sems.try_acquire("s", "h", 1, 30000, None, &late)
             .await
             .is_err()
     );

@@ -729,7 +729,7 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     locks
-        .try_acquire("k", "h", 10_000, 0, &AttemptId::new())
+        .try_acquire("k", "h", 10_000, None, &AttemptId::new())
         .await
         .unwrap();
     let hold = Hold {

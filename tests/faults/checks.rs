@@ -76,6 +76,30 @@ pub struct FairWaiter {
     pub granted: Option<(f64, f64)>,
 }
 
+/// A time during which an idle prober's object (a fair lock, rwlock or
+/// semaphore that one client alone uses) may not have been idle: one of
+/// that client's holders may have held it, or kept a place in its queue,
+/// from `from` (the request's sending) until `until` (when that certainly
+/// ended: an answered release or leave, else the lease or the queue grace
+/// after the last answer, and for a request without a definite answer a
+/// Redis freeze more).
+#[derive(Debug, Clone)]
+pub struct Busy {
+    pub object: String,
+    pub from: f64,
+    pub until: f64,
+}
+
+/// A try (`wait_ms` 0) of an idle prober on its object, with a definite
+/// answer: granted (201) or refused (409).
+#[derive(Debug, Clone)]
+pub struct IdleProbe {
+    pub object: String,
+    pub sent: f64,
+    pub answered: f64,
+    pub granted: bool,
+}
+
 /// One round of a latch: set to `count`, counted down with `count`
 /// distinct idempotency keys, each sent several times.
 #[derive(Debug, Clone, Default)]
@@ -256,6 +280,30 @@ pub fn fair_no_barging(waiters: &[FairWaiter]) -> Vec<String> {
         }
     }
     violations
+}
+
+/// No idle queue: whenever a queued primitive is free and no live waiter
+/// keeps a place, a try is granted. A try refused while none of its
+/// object's [`Busy`] times overlaps it (a refused try keeps nothing, so it
+/// makes none) means that something nobody holds or waits for blocked it:
+/// a place taken by a try, a place kept after its waiter left, or a place
+/// that outlived its grace.
+pub fn no_idle_queue(busy: &[Busy], probes: &[IdleProbe]) -> Vec<String> {
+    probes
+        .iter()
+        .filter(|p| !p.granted)
+        .filter(|p| {
+            !busy
+                .iter()
+                .any(|b| b.object == p.object && b.from < p.answered && p.sent < b.until)
+        })
+        .map(|p| {
+            format!(
+                "{}: a try sent at {:.0} was refused (answered {:.0}) while nothing held it and no waiter kept a place",
+                p.object, p.sent, p.answered
+            )
+        })
+        .collect()
 }
 
 /// Latches: no waiter released before the count-down that opened the latch
@@ -542,6 +590,74 @@ mod planted {
             ..b_after
         };
         assert_eq!(fair_no_barging(&[a, barging]).len(), 1);
+    }
+
+    #[test]
+    fn a_try_granted_while_an_earlier_waiter_keeps_its_place_is_reported() {
+        let queued = FairWaiter {
+            object: "f".into(),
+            holder: "a".into(),
+            first_sent: 0.0,
+            queued: Some(10.0),
+            kept_until: 500.0,
+            granted: None,
+        };
+        // A try arrives (and is granted) only when it is sent: after the
+        // place of `a` was taken, it must not go first.
+        let try_after = FairWaiter {
+            holder: "t".into(),
+            first_sent: 100.0,
+            queued: None,
+            kept_until: 100.0,
+            granted: Some((100.0, 105.0)),
+            ..queued.clone()
+        };
+        assert_eq!(
+            fair_no_barging(&[queued.clone(), try_after.clone()]).len(),
+            1
+        );
+        // Once that place is no longer certainly kept, a try may go.
+        let try_later = FairWaiter {
+            first_sent: 600.0,
+            granted: Some((600.0, 605.0)),
+            ..try_after
+        };
+        assert_eq!(fair_no_barging(&[queued, try_later]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_try_refused_while_nothing_is_held_or_queued_is_reported() {
+        let busy = |from: f64, until: f64| Busy {
+            object: "q".into(),
+            from,
+            until,
+        };
+        let busy = [busy(0.0, 100.0), busy(300.0, 400.0)];
+        let probe = |object: &str, sent: f64, answered: f64, granted: bool| IdleProbe {
+            object: object.into(),
+            sent,
+            answered,
+            granted,
+        };
+        let clean = [
+            // Refused while something was held or queued.
+            probe("q", 50.0, 60.0, false),
+            probe("q", 390.0, 410.0, false),
+            probe("q", 250.0, 310.0, false),
+            // Granted while idle.
+            probe("q", 150.0, 160.0, true),
+        ];
+        assert_eq!(no_idle_queue(&busy, &clean), Vec::<String>::new());
+        for planted in [
+            probe("q", 150.0, 160.0, false),
+            probe("q", 400.0, 450.0, false),
+            // Another object's busy time excuses nothing.
+            probe("other", 50.0, 60.0, false),
+        ] {
+            let mut history = clean.to_vec();
+            history.push(planted.clone());
+            assert_eq!(no_idle_queue(&busy, &history).len(), 1, "{planted:?}");
+        }
     }
 
     #[test]

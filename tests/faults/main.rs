@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use checks::*;
 use cluster::{Cluster, RESPONSE_TIMEOUT_MS};
-use workers::{Ctx, Kind, Rng};
+use workers::{Ctx, Kind, Queued, Rng};
 
 /// Slack over each documented bound: a busy two-core machine running three
 /// instances, four Redis servers and the clients.
@@ -66,6 +66,7 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
     let mut rng = Rng::new(seed);
     workers::configure_semaphore(ctx, &mut rng, "f-sem", SEMAPHORE_PERMITS).await;
     workers::configure_semaphore(ctx, &mut rng, "f-sem-crash", 2).await;
+    workers::configure_semaphore(ctx, &mut rng, "f-idle-sem", 1).await;
     let RateLimit {
         rate,
         per_ms,
@@ -110,6 +111,20 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
             ctx.clone(),
             Rng::new(rng.next()),
             plan,
+        )));
+    }
+    // One client alone on each: whenever nothing is held or queued, its
+    // tries are granted.
+    for (queued, object) in [
+        (Queued::FairLock, "f-idle-fair"),
+        (Queued::RwLock, "f-idle-rw"),
+        (Queued::Semaphore, "f-idle-sem"),
+    ] {
+        tasks.push(tokio::spawn(workers::idle_loop(
+            ctx.clone(),
+            Rng::new(rng.next()),
+            queued,
+            object.to_string(),
         )));
     }
     tasks.push(tokio::spawn(workers::permits_back_loop(
@@ -193,7 +208,7 @@ async fn leftovers(ctx: &Ctx) -> Vec<String> {
     let mut problems = Vec::new();
     let mut rng = Rng::new(1);
     type Clean = fn(&Value) -> bool;
-    let checks: [(&str, Clean); 9] = [
+    let checks: [(&str, Clean); 12] = [
         ("/locks/f-lock", |s| {
             s["locked"] == false && s["waiters"] == 0
         }),
@@ -207,6 +222,15 @@ async fn leftovers(ctx: &Ctx) -> Vec<String> {
         }),
         ("/semaphores/f-sem", |s| {
             s["available"] == s["permits"] && s["holders"] == 0 && s["waiters"] == 0
+        }),
+        ("/fair-locks/f-idle-fair", |s| {
+            s["locked"] == false && s["waiters"] == 0
+        }),
+        ("/rwlocks/f-idle-rw", |s| {
+            s["mode"].is_null() && s["waiters"] == 0
+        }),
+        ("/semaphores/f-idle-sem", |s| {
+            s["available"] == 1 && s["holders"] == 0 && s["waiters"] == 0
         }),
         ("/semaphores/f-sem-crash", |s| {
             s["available"] == 2 && s["holders"] == 0
@@ -297,8 +321,10 @@ async fn judge(
         .flat_map(|r| r.waits.iter().map(move |w| (r.opened, w)))
         .filter(|(opened, (sent, answered, _))| sent < opened && answered > opened)
         .count();
+    let refused = record.idle_probes.iter().filter(|p| !p.granted).count();
     eprintln!(
-        "fair waiters queued behind others: {queued}; latch waits open when their latch opened: {opened_while_waiting}"
+        "fair waiters queued behind others: {queued}; latch waits open when their latch opened: {opened_while_waiting}; idle probes: {} ({refused} refused)",
+        record.idle_probes.len()
     );
     eprintln!("client-side failures (reported, not judged): {failures:?}");
 
@@ -327,6 +353,11 @@ async fn judge(
         &mut all,
     );
     report("fair order", fair_no_barging(&record.fair), &mut all);
+    report(
+        "no idle queue",
+        no_idle_queue(&record.idle_busy, &record.idle_probes),
+        &mut all,
+    );
     report(
         "latches",
         latch_rounds(&record.latches, WAKE_SLACK_MS),
@@ -413,6 +444,7 @@ async fn fault_injection_every_primitive() {
             && !record.fair.is_empty()
             && !record.rates.is_empty()
             && across_stalls > 0
+            && !record.idle_probes.is_empty()
     );
     assert!(
         all.is_empty(),

@@ -1,8 +1,9 @@
 //! The clients of a fault-injection run: each drives one primitive over
-//! HTTP through a random instance, the way a careful user would (long-poll,
-//! heartbeat, write to the protected resource with the fencing token,
-//! release), sometimes pausing past its lease or vanishing without a
-//! release, and records what it saw for the checkers.
+//! HTTP through a random instance, the way a careful user would (long-poll
+//! or try, heartbeat, write to the protected resource with the fencing
+//! token, release, leave a queue it gives up on), sometimes pausing past
+//! its lease or vanishing without a release, and records what it saw for
+//! the checkers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +14,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::checks::{
-    Call, FairWaiter, FencedWrite, Hold, LatchRound, Mode, PermitsBack, RateGrant, RateLimit,
+    Busy, Call, FairWaiter, FencedWrite, Hold, IdleProbe, LatchRound, Mode, PermitsBack, RateGrant,
+    RateLimit,
 };
 
 /// A small deterministic generator (xorshift64*), one per client, seeded
@@ -56,6 +58,10 @@ pub struct Record {
     /// Redis stalls a client caused (`rate_stall_loop`): (from, to, what),
     /// fault windows like the nemesis's.
     pub stalls: Vec<(f64, f64, String)>,
+    /// When the idle probers' objects may have been held or queued for.
+    pub idle_busy: Vec<Busy>,
+    /// The idle probers' tries.
+    pub idle_probes: Vec<IdleProbe>,
     /// Client-side failures (no answer, or an answer the client did not
     /// expect), by kind: reported, not judged.
     pub failures: HashMap<String, u64>,
@@ -289,7 +295,15 @@ enum Lease<'a> {
 }
 
 /// Acquires (polling until granted, the run stops, or `polls` run out) and,
-/// for a fair lock, records the waiter's place. Returns the grant's answer.
+/// for a fair lock, records the waiter's place. Returns the grant's answer
+/// and when the holder first asked.
+///
+/// On the queued primitives (fair locks, rwlocks, semaphores) some polls
+/// are tries (`wait_ms` 0), which take no place and keep none: a waiter's
+/// place dates from its first long-poll (or from a try that may have
+/// granted), and only a long-poll's 409 renews it. A client that gives up
+/// with a place usually leaves the queue with a DELETE (else its place
+/// lapses after the grace).
 async fn acquire(
     ctx: &Ctx,
     rng: &mut Rng,
@@ -300,6 +314,10 @@ async fn acquire(
     permits: u64,
 ) -> Option<(Answer, f64)> {
     let fair = matches!(kind, Kind::FairLock);
+    let queued = matches!(
+        kind,
+        Kind::FairLock | Kind::Read | Kind::Write | Kind::Semaphore
+    );
     let mut waiter = FairWaiter {
         object: object.to_string(),
         holder: holder.to_string(),
@@ -308,16 +326,23 @@ async fn acquire(
         kept_until: f64::NAN,
         granted: None,
     };
+    // When the holder first asked (any request).
+    let mut asked = f64::NAN;
     // Whether every poll so far kept the place (answered, and the next sent
-    // well within the queue grace).
+    // well within the queue grace of the last long-poll's answer).
     let mut intact = true;
     let mut last_answered: Option<f64> = None;
+    // Whether a request may have left a place or a hold behind.
+    let mut left_something = false;
     let mut result = None;
     for _ in 0..20 {
         if ctx.stopping() {
             break;
         }
-        let wait_ms = rng.range(200, 2000);
+        let wait_ms = match queued && rng.chance(25) {
+            true => 0,
+            false => rng.range(200, 2000),
+        };
         let mut body = json!({"holder": holder, "wait_ms": wait_ms});
         match lease {
             Lease::Own(lease_ms) => body["lease_ms"] = json!(lease_ms),
@@ -332,10 +357,17 @@ async fn acquire(
         let answer = ctx
             .call(rng, reqwest::Method::POST, &path, Some(body), wait_ms, None)
             .await;
-        if waiter.first_sent.is_nan() {
+        if asked.is_nan() {
+            asked = answer.sent;
+        }
+        // A try refused keeps nothing: the holder arrives (takes a place,
+        // or may have been granted) with any other request.
+        let arrives = wait_ms > 0 || !answer.is(409);
+        if arrives && waiter.first_sent.is_nan() {
             waiter.first_sent = answer.sent;
             waiter.kept_until = answer.sent;
         }
+        left_something |= arrives;
         if let Some(previous) = last_answered {
             let gap = answer.sent - previous;
             intact &= gap < (crate::cluster::QUEUE_GRACE_MS as f64) / 2.0;
@@ -350,11 +382,13 @@ async fn acquire(
                 break;
             }
             Some(409) => {
-                if intact && fair {
-                    waiter.queued.get_or_insert(answer.answered);
-                    waiter.kept_until = answer.answered;
+                if wait_ms > 0 {
+                    if intact && fair {
+                        waiter.queued.get_or_insert(answer.answered);
+                        waiter.kept_until = answer.answered;
+                    }
+                    last_answered = Some(answer.answered);
                 }
-                last_answered = Some(answer.answered);
                 // A short pause, well within the queue grace.
                 sleep_ms(rng.range(0, 50)).await;
             }
@@ -371,8 +405,18 @@ async fn acquire(
             }
         }
     }
-    let asked = waiter.first_sent;
-    if fair {
+    if result.is_none() && queued && left_something && rng.chance(80) {
+        // Gives up: leaves its place at once (or releases a grant it may
+        // have got unseen).
+        let path = format!("{}/holders/{holder}", kind.base(object));
+        let left = ctx
+            .call(rng, reqwest::Method::DELETE, &path, None, 0, None)
+            .await;
+        if !(left.is(200) || left.is(404)) {
+            ctx.failed(&format!("leave answered {:?}", left.status));
+        }
+    }
+    if fair && !waiter.first_sent.is_nan() {
         ctx.record.lock().fair.push(waiter);
     }
     result.map(|answer| (answer, asked))
@@ -494,6 +538,179 @@ pub async fn hold_loop(
                 valid_until,
             });
         }
+    }
+}
+
+/// Which queued primitive an idle prober drives.
+#[derive(Clone, Copy)]
+pub enum Queued {
+    FairLock,
+    /// Each request reads or writes at random.
+    RwLock,
+    /// Configured with one permit.
+    Semaphore,
+}
+
+impl Queued {
+    fn acquire_path(self, rng: &mut Rng, object: &str) -> String {
+        match self {
+            Queued::FairLock => format!("/fair-locks/{object}/acquire"),
+            Queued::RwLock if rng.chance(50) => format!("/rwlocks/{object}/read/acquire"),
+            Queued::RwLock => format!("/rwlocks/{object}/write/acquire"),
+            Queued::Semaphore => format!("/semaphores/{object}/acquire"),
+        }
+    }
+
+    fn holder_path(self, object: &str, holder: &str) -> String {
+        let kind = match self {
+            Queued::FairLock => "fair-locks",
+            Queued::RwLock => "rwlocks",
+            Queued::Semaphore => "semaphores",
+        };
+        format!("/{kind}/{object}/holders/{holder}")
+    }
+}
+
+/// What one holder of an idle prober's object may keep there (a hold, or a
+/// place in its queue): from its request's sending until it certainly
+/// ended. `definite` while every answer was (a grant, or a long-poll's
+/// 409): then the holder kept one kind of thing, which an answered DELETE
+/// ends.
+struct Kept {
+    from: f64,
+    until: f64,
+    definite: bool,
+}
+
+/// The longest Redis freeze of the nemesis: a request without an answer
+/// may reach Redis only when it thaws.
+const FREEZE_MS: f64 = 2500.0;
+
+impl Kept {
+    /// What an acquire with this answer may keep: a grant its lease, a
+    /// long-poll's 409 a place for the grace, a try's 409 nothing, and a
+    /// request without a definite answer either, counted from the latest
+    /// it may have run (its deadline and last look, or a thaw).
+    fn of(answer: &Answer, wait_ms: u64, lease_ms: u64) -> Option<Kept> {
+        let grace = crate::cluster::QUEUE_GRACE_MS as f64;
+        let (until, definite) = match answer.status {
+            Some(201) => (answer.answered + lease_ms as f64, true),
+            Some(409) if wait_ms == 0 => return None,
+            Some(409) => (answer.answered + grace, true),
+            _ => {
+                let ran_by = answer.answered.max(answer.sent + wait_ms as f64 + 100.0) + FREEZE_MS;
+                (ran_by + grace.max(lease_ms as f64), false)
+            }
+        };
+        Some(Kept {
+            from: answer.sent,
+            until,
+            definite,
+        })
+    }
+}
+
+/// One request of an idle prober for `holder` (a try unless `wait_ms`),
+/// and what it may keep.
+async fn idle_acquire(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    queued: Queued,
+    object: &str,
+    holder: &str,
+    wait_ms: u64,
+) -> (Answer, Option<Kept>) {
+    let lease_ms = rng.range(600, 1500);
+    let path = queued.acquire_path(rng, object);
+    let body = json!({"holder": holder, "wait_ms": wait_ms, "lease_ms": lease_ms});
+    let answer = ctx
+        .call(rng, reqwest::Method::POST, &path, Some(body), wait_ms, None)
+        .await;
+    let kept = Kept::of(&answer, wait_ms, lease_ms);
+    (answer, kept)
+}
+
+/// Ends what a holder keeps (releases its hold, or leaves the queue) and
+/// records the time its object may have been busy for it.
+async fn idle_end(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    queued: Queued,
+    object: &str,
+    holder: &str,
+    kept: Kept,
+) {
+    let mut kept = kept;
+    let path = queued.holder_path(object, holder);
+    let ended = ctx
+        .call(rng, reqwest::Method::DELETE, &path, None, 0, None)
+        .await;
+    if ended.is(200) && kept.definite {
+        kept.until = kept.until.min(ended.answered);
+    }
+    if !(ended.is(200) || ended.is(404)) {
+        ctx.failed(&format!("idle release answered {:?}", ended.status));
+    }
+    ctx.record.lock().idle_busy.push(Busy {
+        object: object.to_string(),
+        from: kept.from,
+        until: kept.until,
+    });
+}
+
+/// The "no idle queue" prober, the only client of `object` (a queued
+/// primitive): rounds of "A holds; B tries; sometimes W long-polls and
+/// then leaves with a DELETE (or, now and then, just goes, keeping its
+/// place for the grace); A releases; C tries". Records every time the
+/// object may have been held or queued for ([`Busy`]) and C's tries
+/// ([`IdleProbe`]): whenever nothing was, C must be granted.
+pub async fn idle_loop(ctx: Arc<Ctx>, mut rng: Rng, queued: Queued, object: String) {
+    let rng = &mut rng;
+    while !ctx.stopping() {
+        let mut ending = Vec::new();
+        let a = ctx.holder("idle-a");
+        let (held, kept) = idle_acquire(&ctx, rng, queued, &object, &a, 0).await;
+        ending.extend(kept.map(|k| (a, k)));
+        if held.is(201) {
+            let b = ctx.holder("idle-b");
+            let (_, kept) = idle_acquire(&ctx, rng, queued, &object, &b, 0).await;
+            ending.extend(kept.map(|k| (b, k)));
+            if rng.chance(60) {
+                let w = ctx.holder("idle-w");
+                let wait_ms = rng.range(100, 400);
+                let (_, kept) = idle_acquire(&ctx, rng, queued, &object, &w, wait_ms).await;
+                match kept {
+                    Some(kept) if rng.chance(85) => ending.push((w, kept)),
+                    // Goes without a word: its place lapses after the grace.
+                    Some(kept) => ctx.record.lock().idle_busy.push(Busy {
+                        object: object.clone(),
+                        from: kept.from,
+                        until: kept.until,
+                    }),
+                    None => {}
+                }
+            }
+        } else {
+            // Held, queued or down: fewer rounds until it settles.
+            sleep_ms(rng.range(200, 800)).await;
+        }
+        for (holder, kept) in ending {
+            idle_end(&ctx, rng, queued, &object, &holder, kept).await;
+        }
+        let c = ctx.holder("idle-c");
+        let (probe, kept) = idle_acquire(&ctx, rng, queued, &object, &c, 0).await;
+        if probe.is(201) || probe.is(409) {
+            ctx.record.lock().idle_probes.push(IdleProbe {
+                object: object.clone(),
+                sent: probe.sent,
+                answered: probe.answered,
+                granted: probe.is(201),
+            });
+        }
+        if let Some(kept) = kept {
+            idle_end(&ctx, rng, queued, &object, &c, kept).await;
+        }
+        sleep_ms(rng.range(20, 200)).await;
     }
 }
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
-from helpers import run_async, server_max_wait_ms
+from helpers import QUEUED_KINDS, Queued, run_async, server_max_wait_ms
 
 import latchkey
 from latchkey import HoldLost, NotAcquired
@@ -139,6 +139,61 @@ async def test_fair_lock_streams_waiting_events(url: str, name: Names) -> None:
             assert grant.fencing_token > first.fencing_token
         await releaser
     assert events and events[0]["position"] == 0 and "retry_after_ms" in events[0]
+
+
+async def _blocked(client: latchkey.AsyncClient, kind: str, name: str) -> Tuple[Queued, Any]:
+    queued = Queued(kind, name)
+    if kind == "semaphore":
+        await queued.configure(client)
+    return queued, await queued.blocker(client).acquire()
+
+
+async def _until_waiting(client: latchkey.AsyncClient, queued: Queued) -> None:
+    deadline = time.monotonic() + 5
+    while (await queued.state(client))["waiters"] != 1:
+        assert time.monotonic() < deadline, f"{queued.kind}: the waiter never waited"
+        await asyncio.sleep(0.02)
+
+
+async def _assert_no_place_left(blocker: Any, client: latchkey.AsyncClient, queued: Queued) -> None:
+    """The blocker releases; a try is then granted at once."""
+    await blocker.release()
+    try:
+        await (await queued.attempt(client).acquire()).release()
+    except NotAcquired as refused:
+        pytest.fail(f"{queued.kind}: the waiter that gave up left a place behind: {refused.problem}")
+
+
+@pytest.mark.parametrize("kind", QUEUED_KINDS)
+@run_async
+async def test_a_wait_that_runs_out_leaves_its_queue(url: str, kind: str, name: Names) -> None:
+    async with latchkey.AsyncClient(url) as lk, latchkey.AsyncClient(url) as other:
+        queued, blocker = await _blocked(other, kind, name("aleave"))
+        with pytest.raises(NotAcquired):
+            await queued.waiter(lk, wait_ms=400).acquire()
+        await _assert_no_place_left(blocker, other, queued)
+
+
+@pytest.mark.parametrize("kind", QUEUED_KINDS)
+@run_async
+async def test_a_cancelled_wait_leaves_its_queue(url: str, kind: str, name: Names) -> None:
+    async with latchkey.AsyncClient(url) as lk, latchkey.AsyncClient(url) as other:
+        queued, blocker = await _blocked(other, kind, name("acancel"))
+        waiting = asyncio.ensure_future(queued.waiter(lk, wait_ms=20_000).acquire())
+        await _until_waiting(other, queued)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await _assert_no_place_left(blocker, other, queued)
+
+
+@run_async
+async def test_a_wait_cut_short_by_wait_for_leaves_its_queue(url: str, name: Names) -> None:
+    async with latchkey.AsyncClient(url) as lk, latchkey.AsyncClient(url) as other:
+        queued, blocker = await _blocked(other, "fair-lock", name("awaitfor"))
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(queued.waiter(lk, wait_ms=20_000).acquire(), 0.5)
+        await _assert_no_place_left(blocker, other, queued)
 
 
 @run_async

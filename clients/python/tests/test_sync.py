@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, List
 
 import pytest
-from helpers import Spy, later, server_max_wait_ms
+from helpers import QUEUED_KINDS, Queued, Spy, later, server_max_wait_ms
 
 import latchkey
 from latchkey import HoldLost, NotAcquired
@@ -284,6 +285,88 @@ def test_fair_lock_streams_waiting_events_with_position(lk: latchkey.Client, oth
     assert all("retry_after_ms" in event for event in events)
     assert events[0]["position"] == 1
     assert any(event.get("position") == 0 for event in events), events
+
+
+# --- a wait that gives up leaves its queue ------------------------------------------
+
+
+def _until_waiting(client: latchkey.Client, queued: Queued) -> None:
+    deadline = time.monotonic() + 5
+    while queued.state(client)["waiters"] != 1:
+        assert time.monotonic() < deadline, f"{queued.kind}: the waiter never waited"
+        time.sleep(0.02)
+
+
+def _assert_no_place_left(blocker: Any, client: latchkey.Client, queued: Queued) -> None:
+    """The blocker releases; a try is then granted at once."""
+    blocker.release()
+    try:
+        queued.attempt(client).acquire().release()
+    except NotAcquired as refused:
+        pytest.fail(f"{queued.kind}: the waiter that gave up left a place behind: {refused.problem}")
+
+
+@pytest.mark.parametrize("kind", QUEUED_KINDS)
+def test_a_wait_that_runs_out_leaves_its_queue(lk: latchkey.Client, other: latchkey.Client, kind: str, name: Names) -> None:
+    queued = Queued(kind, name("leave"))
+    queued.configure(other)
+    blocker = queued.blocker(other).acquire()
+    with pytest.raises(NotAcquired):
+        queued.waiter(lk, wait_ms=400).acquire()
+    _assert_no_place_left(blocker, other, queued)
+
+
+@pytest.mark.parametrize("kind", QUEUED_KINDS)
+def test_a_wait_interrupted_by_ctrl_c_leaves_its_queue(lk: latchkey.Client, other: latchkey.Client, kind: str, name: Names) -> None:
+    """SIGINT to the process while it waits in a long-poll: KeyboardInterrupt,
+    after the client left the queue."""
+    queued = Queued(kind, name("sigint"))
+    queued.configure(other)
+    blocker = queued.blocker(other).acquire()
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        _until_waiting(other, queued)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            queued.waiter(lk, wait_ms=20_000, holder=f"py-{uuid.uuid4().hex}").acquire()
+    finally:
+        interrupter.join()
+    _assert_no_place_left(blocker, other, queued)
+
+
+def test_a_wait_for_more_permits_that_runs_out_leaves_its_queue_and_keeps_the_permits_held(
+    lk: latchkey.Client, other: latchkey.Client, name: Names
+) -> None:
+    n = name("morepermits")
+    other.semaphore(n).configure(2)
+    holder = f"py-{uuid.uuid4().hex}"
+    mine = lk.semaphore_permits(n, 1, holder=holder, lease_ms=30_000).acquire()
+    blocker = other.semaphore_permits(n, 1, lease_ms=30_000).acquire()
+    with pytest.raises(NotAcquired):
+        lk.semaphore_permits(n, 1, holder=holder, wait_ms=400).acquire()
+    assert mine.renew().permits == 1, "the permit it held is still held"
+    assert other.semaphore(n).state()["available"] == 0
+    blocker.release()
+    other.semaphore_permits(n, 1).acquire().release()
+    mine.release()
+    assert other.semaphore(n).state()["available"] == 2
+
+
+def test_a_wait_whose_on_waiting_callback_raises_leaves_its_queue(lk: latchkey.Client, other: latchkey.Client, name: Names) -> None:
+    queued = Queued("fair-lock", name("raises"))
+    blocker = queued.blocker(other).acquire()
+
+    def give_up(event: Dict[str, Any]) -> None:
+        raise RuntimeError("gave up")
+
+    with pytest.raises(RuntimeError, match="gave up"):
+        queued.waiter(lk, wait_ms=20_000, on_waiting=give_up).acquire()
+    _assert_no_place_left(blocker, other, queued)
 
 
 # --- every primitive -------------------------------------------------------------

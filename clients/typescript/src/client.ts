@@ -65,7 +65,8 @@ export interface AcquireOptions {
    * The holder id. By default the service generates one for a single try
    * (`waitMs: 0`); for a wait the client generates one (from
    * `crypto.randomUUID()`), so that every poll of the wait is the same
-   * waiter and keeps its queue place.
+   * waiter and keeps its queue place, and the wait can leave the queue
+   * when it gives up.
    */
   holder?: string;
   /** The lease (default: the service's, 30000). Renewed in the background. */
@@ -76,7 +77,10 @@ export interface AcquireOptions {
    * the same holder. `Infinity` waits until granted (or aborted).
    */
   waitMs?: number;
-  /** Aborts the wait (rejecting with the signal's reason). */
+  /**
+   * Aborts the wait (rejecting with the signal's reason, after leaving
+   * the queue of a fair lock, rwlock or semaphore).
+   */
   signal?: AbortSignal;
   /**
    * Receive progress while waiting: the acquisition then asks for
@@ -204,8 +208,16 @@ interface AcquireSpec<H extends BaseHold> {
   extra: Record<string, unknown>;
   make(init: HoldInit, holder: string): H;
   ops(holder: string): HoldOps;
-  /** Calls that drop every hold of a holder this client generated, after a lost answer. */
-  cleanup(holder: string): Call[];
+  /**
+   * Queued kinds (fair locks, rwlocks, semaphores): the call by which a
+   * wait that gives up leaves its queue (the holder's release).
+   */
+  leave?: (holder: string) => Call;
+  /**
+   * The other kinds: calls that drop every hold of a holder this client
+   * generated, after a lost answer.
+   */
+  cleanup?: (holder: string) => Call[];
   description: string;
 }
 
@@ -249,12 +261,35 @@ export class Core {
   }
 
   async acquire<H extends BaseHold>(spec: AcquireSpec<H>, options: AcquireOptions = {}): Promise<H> {
-    const { signal, onWaiting } = options;
-    throwIfAborted(signal);
+    throwIfAborted(options.signal);
     const waitMs = checkWait(options.waitMs);
-    const deadline = now() + waitMs;
-    const generated = options.holder === undefined && waitMs > 0;
     const holder = options.holder ?? (waitMs > 0 ? newHolderId() : undefined);
+    // A try takes no queue place; only the queued kinds keep one.
+    if (holder === undefined || waitMs === 0 || spec.leave === undefined) {
+      return this.wait(spec, options, waitMs, holder);
+    }
+    try {
+      return await this.wait(spec, options, waitMs, holder);
+    } catch (error) {
+      // A wait that gives up (it runs out, is aborted, or fails) leaves its
+      // queue at once: its place would otherwise hold up the waiters behind
+      // it for the service's queue grace. The same request releases a
+      // grant whose answer never arrived.
+      await this.leave(spec.leave(holder));
+      throw error;
+    }
+  }
+
+  /** The polls of one wait, as `holder` (`undefined`: the service names one). */
+  async wait<H extends BaseHold>(
+    spec: AcquireSpec<H>,
+    options: AcquireOptions,
+    waitMs: number,
+    holder: string | undefined,
+  ): Promise<H> {
+    const { signal, onWaiting } = options;
+    const deadline = now() + waitMs;
+    const generated = options.holder === undefined && holder !== undefined;
     for (;;) {
       const piece = this.piece(deadline);
       const body: Record<string, unknown> = { ...spec.extra, wait_ms: piece };
@@ -266,8 +301,9 @@ export class Core {
         outcome = await this.poll(spec.path, body, piece, signal, onWaiting);
       } catch (error) {
         // No answer (network, timeout, abort): the service may have granted
-        // it anyway. A holder generated here is ours alone: drop its holds.
-        if (generated) this.cleanup(spec.cleanup(holder!));
+        // it anyway. A holder generated here is ours alone: drop its holds
+        // (the queued kinds leave instead, which does the same).
+        if (generated && spec.cleanup) this.cleanup(spec.cleanup(holder!));
         throw error;
       }
       const receivedAt = now();
@@ -372,6 +408,18 @@ export class Core {
     );
   }
 
+  /**
+   * Best effort: one request, within the request timeout; its answer (404
+   * when nothing was left) and its failure change nothing.
+   */
+  async leave(call: Call): Promise<void> {
+    try {
+      await this.transport.json({ ...call, timeoutMs: this.requestTimeoutMs });
+    } catch {
+      // Nothing to do: the place lapses after the service's queue grace.
+    }
+  }
+
   /** Best effort, in the background. */
   cleanup(calls: Call[]): void {
     for (const call of calls) {
@@ -389,6 +437,7 @@ export class Core {
   ): AcquireSpec<Hold> {
     const holderPath = (holder: string) => `${prefix}/${seg(name)}/holders/${seg(holder)}`;
     const releaseQuery = options.mode ? `?mode=${options.mode}` : "";
+    const queued = kind === "fair-lock" || kind === "rwlock" || kind === "semaphore";
     return {
       path: acquirePath,
       extra: options.extra ?? {},
@@ -398,16 +447,10 @@ export class Core {
         heartbeat: { method: "POST", path: `${holderPath(holder)}/heartbeat` },
         release: { method: "DELETE", path: holderPath(holder) + releaseQuery },
       }),
-      cleanup: (holder) => {
-        if (kind === "rwlock") {
-          return [
-            { method: "DELETE", path: `${holderPath(holder)}?mode=write&all=true` },
-            { method: "DELETE", path: `${holderPath(holder)}?mode=read&all=true` },
-          ];
-        }
-        const all = kind === "semaphore" || kind === "redlock" ? "" : "?all=true";
-        return [{ method: "DELETE", path: holderPath(holder) + all }];
-      },
+      leave: queued ? (holder) => ({ method: "DELETE", path: holderPath(holder) + releaseQuery }) : undefined,
+      cleanup: queued
+        ? undefined
+        : (holder) => [{ method: "DELETE", path: holderPath(holder) + (kind === "lock" ? "?all=true" : "") }],
     };
   }
 }

@@ -2,7 +2,7 @@
 // The tests run against a real latchkey; nothing is mocked.
 
 import { randomUUID } from "node:crypto";
-import { Latchkey, type LatchkeyOptions } from "latchkey";
+import { Latchkey, type AcquireOptions, type Hold, type LatchkeyOptions } from "latchkey";
 
 const url = process.env.LATCHKEY_URL;
 if (!url) {
@@ -63,4 +63,64 @@ export function countingFetch(pattern: RegExp): { fetch: typeof fetch; count: ()
     },
     count: () => n,
   };
+}
+
+/** The queued primitives, for the tests of a wait that gives up. */
+export const QUEUED_KINDS = ["fair-lock", "write-lock", "read-lock", "semaphore"] as const;
+export type QueuedKind = (typeof QUEUED_KINDS)[number];
+
+/**
+ * One queued primitive (a fair lock, either side of a read-write lock, a
+ * semaphore of one permit) blocked by a holder: a waiter's acquisition,
+ * and the try that must be granted once the blocker released if the
+ * waiter that gave up left no place behind.
+ */
+export class Queued {
+  readonly name: string;
+
+  constructor(
+    readonly kind: QueuedKind,
+    readonly lk: Latchkey,
+  ) {
+    this.name = unique(`leave-${kind}`);
+  }
+
+  /** Takes the blocking hold (configuring the semaphore first). */
+  async block(): Promise<Hold> {
+    if (this.kind === "semaphore") await this.lk.semaphore(this.name).configure(1);
+    return this.#side(this.lk, true, { leaseMs: 30000 });
+  }
+
+  waiter(lk: Latchkey, options: AcquireOptions): Promise<Hold> {
+    return this.#side(lk, false, options);
+  }
+
+  /** A try (`waitMs` 0); on an rwlock a write, refused while anyone is queued ahead. */
+  attempt(): Promise<Hold> {
+    if (this.kind === "semaphore" || this.kind === "fair-lock") return this.#side(this.lk, false, {});
+    return this.lk.writeLock(this.name);
+  }
+
+  async waiters(): Promise<number> {
+    if (this.kind === "fair-lock") return (await this.lk.fairLockState(this.name)).waiters;
+    if (this.kind === "semaphore") return (await this.lk.semaphore(this.name).state()).waiters ?? 0;
+    return (await this.lk.rwLockState(this.name)).waiters;
+  }
+
+  /** Until one waiter waits. */
+  async untilWaiting(): Promise<void> {
+    const deadline = performance.now() + 5000;
+    while ((await this.waiters()) !== 1) {
+      if (performance.now() > deadline) throw new Error(`${this.kind}: the waiter never waited`);
+      await sleep(20);
+    }
+  }
+
+  #side(lk: Latchkey, blocker: boolean, options: AcquireOptions): Promise<Hold> {
+    if (this.kind === "fair-lock") return lk.fairLock(this.name, options);
+    if (this.kind === "semaphore") return lk.semaphore(this.name).acquire({ ...options, permits: 1 });
+    // A writer waits behind a reader, a reader behind a writer.
+    const write = (this.kind === "write-lock") !== blocker;
+    return write ? lk.writeLock(this.name, options) : lk.readLock(this.name, options);
+  }
 }

@@ -54,8 +54,8 @@ test("rwlock: readers share, a writer excludes, upgrade with other readers is re
   const state = await a.rwLockState(name);
   assert.equal(state.mode, "read");
   assert.equal(state.readers, 2);
-  // A refused try takes a place in the rwlock's queue, kept for the queue
-  // grace: the same holder polling again resumes it.
+  // A refused try (it takes no place in the rwlock's queue), then the same
+  // holder waits.
   const writerId = unique("writer");
   await assert.rejects(b.writeLock(name, { holder: writerId, waitMs: 0 }), NotAcquiredError);
   await assert.rejects(a.writeLock(name, { holder: r1.holder, waitMs: 0 }), UpgradeWouldDeadlockError);
@@ -66,7 +66,7 @@ test("rwlock: readers share, a writer excludes, upgrade with other readers is re
   await r1.release();
   await r2.release();
   const w = await writer;
-  assert.ok(performance.now() - t0 < 1000, "the writer resumed its place at the head");
+  assert.ok(performance.now() - t0 < 1000, "the writer is granted as soon as the readers left");
   assert.equal(w.mode, "write");
   assert.ok(w.fencingToken > r2.fencingToken);
   await assert.rejects(a.readLock(name, { waitMs: 0 }), NotAcquiredError);

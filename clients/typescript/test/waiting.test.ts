@@ -1,9 +1,10 @@
-// Waiting: total waits longer than one long-poll, single tries, aborts.
+// Waiting: total waits longer than one long-poll, single tries, aborts, and
+// leaving the queue when a wait gives up.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Latchkey, NotAcquiredError } from "latchkey";
-import { client, countingFetch, serverMaxWaitMs, sleep, unique, URL_UNDER_TEST } from "./helpers.js";
+import { type Hold, Latchkey, NotAcquiredError } from "latchkey";
+import { client, countingFetch, Queued, QUEUED_KINDS, serverMaxWaitMs, sleep, unique, URL_UNDER_TEST } from "./helpers.js";
 
 test("a wait longer than the service's maximum is split into polls", async () => {
   const max = await serverMaxWaitMs();
@@ -87,4 +88,51 @@ test("an abort signal ends a wait, and nothing is left held", async () => {
 
 test("the URL defaults to LATCHKEY_URL", () => {
   assert.equal(new Latchkey().url, URL_UNDER_TEST.replace(/\/+$/, ""));
+});
+
+/** The blocker releases; a try is then granted at once: the waiter that gave up left no place behind. */
+async function assertNoPlaceLeft(queued: Queued, blocker: Hold): Promise<void> {
+  await blocker.release();
+  let granted: Hold;
+  try {
+    granted = await queued.attempt();
+  } catch (error) {
+    assert.fail(`${queued.kind}: the waiter that gave up left a place behind: ${JSON.stringify((error as NotAcquiredError).problem)}`);
+  }
+  await granted.release();
+}
+
+for (const kind of QUEUED_KINDS) {
+  test(`a wait that runs out leaves its queue: ${kind}`, async () => {
+    const queued = new Queued(kind, client());
+    const blocker = await queued.block();
+    await assert.rejects(queued.waiter(client(), { waitMs: 400 }), NotAcquiredError);
+    await assertNoPlaceLeft(queued, blocker);
+  });
+
+  test(`an aborted wait leaves its queue: ${kind}`, async () => {
+    const queued = new Queued(kind, client());
+    const blocker = await queued.block();
+    const controller = new AbortController();
+    // With a holder id of the caller's (one the client made is left the same way).
+    const waiting = queued.waiter(client(), { waitMs: 20000, holder: unique("own"), signal: controller.signal });
+    await queued.untilWaiting();
+    controller.abort(new Error("gave up"));
+    await assert.rejects(waiting, /gave up/);
+    await assertNoPlaceLeft(queued, blocker);
+  });
+}
+
+test("an aborted wait with onWaiting (Server-Sent Events) leaves its queue", async () => {
+  const queued = new Queued("fair-lock", client());
+  const blocker = await queued.block();
+  const controller = new AbortController();
+  const waiting = queued.waiter(client(), {
+    waitMs: 20000,
+    holder: unique("own"),
+    signal: controller.signal,
+    onWaiting: () => controller.abort(new Error("gave up on the first event")),
+  });
+  await assert.rejects(waiting, /gave up on the first event/);
+  await assertNoPlaceLeft(queued, blocker);
 });

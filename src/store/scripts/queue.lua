@@ -11,7 +11,10 @@
 -- All three expire with the last deadline.
 -- ARGV[1]  wake channel
 -- ARGV[3]  queue grace in ms: how long an entry outlives its last poll
--- ARGV[4]  time the request may still wait, in ms ('' where none)
+-- ARGV[4]  time the request may still wait, in ms ('' where none). An
+--          acquire gets '' when it is a try (`wait_ms` 0): a try takes no
+--          place (see waiting); a long-poll's try at its deadline gets '0'
+--          and keeps its place
 --
 -- Wake messages on ARGV[1]: '<limit>|<due>|<t1>,<t2>,...[|<s1>,<s2>,...]'
 -- where t1.. are the first tickets of the queue in order (positions),
@@ -93,7 +96,8 @@ local function enter(member)
   return tonumber(ticket)
 end
 
--- Removes a member's entry (it was granted); true if it had one.
+-- Removes a member's entry (it was granted, or it left: see fair_leave,
+-- rw_leave, sem_leave); true if it had one.
 local function leave_queue(member)
   if redis.call('ZREM', KEYS[4], member) == 1 then
     redis.call('ZREM', KEYS[5], member)
@@ -113,22 +117,50 @@ local function hint(pttl)
   return pttl
 end
 
+-- The ms until the head of the queue loses its place (its grace runs out);
+-- nil when nobody is queued.
+local function head_lapses()
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)
+  if not head[1] then
+    return nil
+  end
+  return tonumber(redis.call('ZSCORE', KEYS[5], head[1])) - now
+end
+
 -- The reply to a member that must wait, blocked by holds that end in
--- pttl ms (0: only by the queue; free says nothing is held): {0,
--- retry_after_ms, position, ticket, recheck_ms}. retry_after_ms is the hint
--- for clients (see hint); recheck_ms is when this waiter should look again
--- by itself (0: only when woken): the head when the blocker's lease ends,
--- the second in line when a free lock's head would lose its place.
+-- pttl ms (0: only by the queue; free says the waiters ahead may be what
+-- blocks it: nothing is held, or on a semaphore some permits are free):
+-- {0, retry_after_ms, position, ticket, recheck_ms}.
+--
+-- A long-poll keeps (or takes, at the tail) its place; a try (ARGV[4] '')
+-- takes none: nothing is recorded for it, its ticket is 0, and its
+-- position counts the waiters ahead of it (all of them, unless an earlier
+-- long-poll of the same member left it a place).
+--
+-- retry_after_ms is the hint for clients (see hint), 0 only when a retry
+-- may succeed at once: the blocker's remaining lease; while free, the time
+-- until the waiter at the head loses its place (sooner if a lease ends
+-- first), since a waiter that stopped polling keeps it until then.
+-- recheck_ms is when this waiter should look again by itself (0: only
+-- when woken): the head when the blocker's lease ends, the second in line
+-- when a free lock's head would lose its place.
 local function waiting(member, pttl, free)
-  local ticket = enter(member)
-  local position = redis.call('ZRANK', KEYS[4], member)
-  local retry = hint(pttl)
+  local ticket = 0
+  if ARGV[4] ~= '' then
+    ticket = enter(member)
+  end
+  local position = redis.call('ZRANK', KEYS[4], member) or redis.call('ZCARD', KEYS[4])
+  local blocked_for = pttl
+  local lapse = head_lapses()
+  if free and position > 0 and lapse and (blocked_for <= 0 or lapse < blocked_for) then
+    blocked_for = lapse
+  end
+  local retry = hint(blocked_for)
   local recheck = 0
-  if position == 0 then
+  if ticket > 0 and position == 0 then
     recheck = retry
-  elseif position == 1 and free then
-    local head = redis.call('ZRANGE', KEYS[4], 0, 0)
-    recheck = tonumber(redis.call('ZSCORE', KEYS[5], head[1])) - now + 1
+  elseif ticket > 0 and position == 1 and free then
+    recheck = lapse + 1
   end
   return {0, retry, position, ticket, recheck}
 end

@@ -43,11 +43,13 @@ from ._core import (
     count_down_flow,
     judge_heartbeat,
     latch_wait_flow,
+    leave_call,
     now,
     problem_of,
     raise_for,
     seg,
     single,
+    wait_holder,
 )
 from ._errors import HoldLost, LatchkeyError, Problem
 from ._models import (
@@ -59,7 +61,7 @@ from ._models import (
     RwLockState,
     SemaphoreState,
 )
-from ._sync import _json, _json_text
+from ._sync import _json, _json_text, _leave_outcome
 from ._views import MultiGrantView, SingleGrantView
 
 log = logging.getLogger("latchkey")
@@ -316,17 +318,24 @@ class AsyncAcquisition(Generic[AH]):
 
     async def acquire(self) -> AH:
         """Take the hold, waiting up to ``wait_ms`` in total; raises
-        ``NotAcquired`` when the wait ends without it."""
-        grant, sent, received = await self._client._run(
-            acquire_flow(
-                self._op,
-                holder=self._holder,
-                lease_ms=self._lease_ms,
-                wait_ms=self._wait_ms,
-                limits=self._client._limits,
-                on_waiting=self._on_waiting,
+        ``NotAcquired`` when the wait ends without it. A wait on a fair
+        lock, rwlock or semaphore that gives up (it runs out, raises or
+        is cancelled) leaves its queue before the exception goes on."""
+        holder = wait_holder(self._holder, self._wait_ms)
+        try:
+            grant, sent, received = await self._client._run(
+                acquire_flow(
+                    self._op,
+                    holder=holder,
+                    lease_ms=self._lease_ms,
+                    wait_ms=self._wait_ms,
+                    limits=self._client._limits,
+                    on_waiting=self._on_waiting,
+                )
             )
-        )
+        except BaseException:
+            await self._client._leave(leave_call(self._op, holder, self._wait_ms))
+            raise
         return self._make(self._client, self._op, grant, sent, self._interval, received)
 
     async def __aenter__(self) -> AH:
@@ -647,6 +656,20 @@ class AsyncClient:
             return stop.value  # type: ignore[no-any-return]
         finally:
             flow.close()
+
+    async def _leave(self, call: Optional[HttpCall]) -> None:
+        """Best effort, for a wait that gave up: sends ``call`` (see
+        ``leave_call``) once, within the client's ``timeout``; what comes
+        of it (404 when nothing was left, no answer) is only logged, at
+        debug level. Cancelling the task again cuts it short."""
+        if call is None:
+            return
+        answer: Outcome
+        try:
+            answer = await asyncio.wait_for(self._perform(call), self._timeout)
+        except Exception as error:  # noqa: BLE001 - best effort (TimeoutError too)
+            answer = NoAnswer(error)
+        log.debug("latchkey: a wait that gave up left its queue: %s", _leave_outcome(answer))
 
     async def _perform(self, call: HttpCall) -> Outcome:
         headers = {"Accept": "application/json"}

@@ -204,6 +204,11 @@ def single(call: HttpCall, ok: Sequence[int] = (200,)) -> Flow[Any]:
 # --- hold-taking operations ----------------------------------------------------
 
 
+# The kinds whose waiters keep a queue place after their request ended
+# (for the service's queue grace), which a wait that gives up leaves.
+QUEUED_KINDS = frozenset({"fair-lock", "read-lock", "write-lock", "semaphore"})
+
+
 class HoldOp(Generic[G]):
     """How to acquire, renew and release one kind of hold."""
 
@@ -304,11 +309,35 @@ class MultiOp(HoldOp[MultiGrant]):
 # --- waiting ---------------------------------------------------------------------
 
 
-def _poll_ms(deadline: float, limits: ServerLimits) -> Tuple[int, int]:
-    """(this poll's wait, the whole wait left), in ms."""
+def wait_holder(holder: Optional[str], wait_ms: int) -> Optional[str]:
+    """The holder id of an acquire: the caller's, else for a wait one the
+    client makes up (128 random bits, as the service does), so that every
+    poll of the wait is the same waiter and the wait can leave its queue
+    when it gives up (a 409 does not tell the id the service chose). A
+    try (``wait_ms`` 0) without one lets the service choose."""
+    if holder is None and wait_ms > 0:
+        return new_holder_id()
+    return holder
+
+
+def leave_call(op: HoldOp[Any], holder: Optional[str], wait_ms: int) -> Optional[HttpCall]:
+    """The call by which a wait that gave up (ran out, raised, was
+    cancelled) leaves its queue: the holder's release, which the service
+    answers 200 ``left_queue`` for a waiter (and 404 when nothing is
+    left), and which also releases a grant whose answer never arrived.
+    ``None`` when there is nothing to leave: a try takes no place, and only
+    fair locks, rwlocks and semaphores keep a queue."""
+    if holder is None or wait_ms <= 0 or op.kind not in QUEUED_KINDS:
+        return None
+    return op.release_call(holder)
+
+
+def _poll_ms(deadline: float, limits: ServerLimits) -> int:
+    """This poll's wait in ms: what is left of the whole wait, at most the
+    service's longest long-poll."""
     left = max(0, math.ceil((deadline - now()) * 1000))
     cap = limits.max_wait_ms
-    return (left if cap is None else min(left, cap)), left
+    return left if cap is None else min(left, cap)
 
 
 def _learn_max_wait(problem: Optional[Problem], asked_ms: int, limits: ServerLimits, fallback_used: bool) -> Optional[bool]:
@@ -338,7 +367,9 @@ def acquire_flow(
 ) -> Flow[Tuple[G, float, float]]:
     """Acquire within ``wait_ms`` in total: long-polls of at most the
     service's ``max_wait_ms`` under one holder id (which keeps a queue
-    place between them), retrying 429/503 answers within the wait.
+    place between them; see ``wait_holder``), retrying 429/503 answers
+    within the wait. The caller leaves the queue when it gives up (see
+    ``leave_call``).
 
     Returns the grant, when its request was sent and when its answer came
     (``now()``)."""
@@ -353,14 +384,9 @@ def acquire_flow(
             final=frozenset({"acquired", "timeout", "error"}),
             on_event=lambda event, data: callback(data) if event == "waiting" else None,
         )
+    holder = wait_holder(holder, wait_ms)
     while True:
-        poll, left = _poll_ms(deadline, limits)
-        if holder is None and poll < left:
-            # Several polls ahead: they must share one holder id to keep
-            # the queue place, and a 409 does not tell the id the service
-            # made up, so the client makes one (as random as the
-            # service's).
-            holder = new_holder_id()
+        poll = _poll_ms(deadline, limits)
         call = op.acquire_call(holder, lease_ms, poll)
         call.sse = sse
         sent = now()
@@ -425,7 +451,7 @@ def latch_wait_flow(
         )
     path = f"/latches/{seg(name)}/wait"
     while True:
-        poll, _left = _poll_ms(deadline, limits)
+        poll = _poll_ms(deadline, limits)
         call = HttpCall("GET", path, params={"wait_ms": str(poll)}, server_wait_ms=poll, sse=sse)
         sent = now()
         answer = yield call

@@ -44,11 +44,13 @@ from ._core import (
     count_down_flow,
     judge_heartbeat,
     latch_wait_flow,
+    leave_call,
     now,
     problem_of,
     raise_for,
     seg,
     single,
+    wait_holder,
 )
 from ._errors import HoldLost, LatchkeyError, Problem
 from ._models import (
@@ -333,17 +335,24 @@ class Acquisition(Generic[H]):
 
     def acquire(self) -> H:
         """Take the hold, waiting up to ``wait_ms`` in total; raises
-        ``NotAcquired`` when the wait ends without it."""
-        grant, sent, received = self._client._run(
-            acquire_flow(
-                self._op,
-                holder=self._holder,
-                lease_ms=self._lease_ms,
-                wait_ms=self._wait_ms,
-                limits=self._client._limits,
-                on_waiting=self._on_waiting,
+        ``NotAcquired`` when the wait ends without it. A wait on a fair
+        lock, rwlock or semaphore that gives up (it runs out, raises or
+        is interrupted) leaves its queue before the exception goes on."""
+        holder = wait_holder(self._holder, self._wait_ms)
+        try:
+            grant, sent, received = self._client._run(
+                acquire_flow(
+                    self._op,
+                    holder=holder,
+                    lease_ms=self._lease_ms,
+                    wait_ms=self._wait_ms,
+                    limits=self._client._limits,
+                    on_waiting=self._on_waiting,
+                )
             )
-        )
+        except BaseException:
+            self._client._leave(leave_call(self._op, holder, self._wait_ms))
+            raise
         return self._make(self._client, self._op, grant, sent, self._interval, received)
 
     def __enter__(self) -> H:
@@ -695,6 +704,19 @@ class Client:
         finally:
             flow.close()
 
+    def _leave(self, call: Optional[HttpCall]) -> None:
+        """Best effort, for a wait that gave up: sends ``call`` (see
+        ``leave_call``) once, within the client's ``timeout``; what comes
+        of it (404 when nothing was left, no answer) is only logged, at
+        debug level. Another interrupt cuts it short."""
+        if call is None:
+            return
+        try:
+            answer: Outcome = self._perform(call)
+        except Exception as error:  # noqa: BLE001 - best effort
+            answer = NoAnswer(error)
+        log.debug("latchkey: a wait that gave up left its queue: %s", _leave_outcome(answer))
+
     def _perform(self, call: HttpCall) -> Outcome:
         headers = {"Accept": "application/json"}
         headers.update(call.headers)
@@ -728,6 +750,15 @@ class Client:
                 return NoAnswer(EOFError("the event stream ended without a final event"))
         except httpx.TransportError as error:
             return NoAnswer(error)
+
+
+def _leave_outcome(answer: Outcome) -> str:
+    """What came of a leave, for the log (never the holder id)."""
+    if isinstance(answer, Answer):
+        return f"answered {answer.status}"
+    if isinstance(answer, NoAnswer):
+        return f"no answer ({answer.error!r})"
+    return repr(answer)
 
 
 def _json(response: httpx.Response) -> Any:
