@@ -5,6 +5,7 @@
 -- gives up waiting never releases a hold it still counts on (a second
 -- DELETE releases). Runs after queue.lua, lock_fair and lock.
 --
+-- KEYS[1]  lock hash, KEYS[4..6] the queue (queue.lua)
 -- ARGV[2]  holder id
 --
 -- Returns  {2, hold_count}  it left the queue; hold_count is what it still

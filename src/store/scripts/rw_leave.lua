@@ -3,9 +3,12 @@
 -- waits in the queue — for the mode in ARGV[5], or for either with '' —
 -- leaves it at once and releases nothing; otherwise the request goes on
 -- as a release. Leaving comes first so that a client that gives up waiting
--- (a reader waiting to write, say) never releases a hold it still counts
+-- (a reader queued for write, say) never releases a hold it still counts
 -- on (a second DELETE releases). Runs after queue.lua, rw.lua and
 -- queue_refresh.
+--
+-- KEYS     as rw.lua's (the holds KEYS[1], the queue KEYS[4..6])
+-- ARGV[2]  holder id, ARGV[5] 'r', 'w' or '' (the DELETE's ?mode)
 --
 -- Returns  {2, hold_count, mode}  it left the queue; mode is what it
 --                                 waited for ('w' when both), hold_count

@@ -10,6 +10,9 @@
 -- one pass over the queue, in pages, finds them (only while someone
 -- waits; by ZCARD and ZRANGE, commands the README's ACL already allows).
 --
+-- KEYS     as sem.lua's (the queue KEYS[4..6])
+-- ARGV[2]  holder id
+--
 -- Returns  -2  it left the queue
 -- and otherwise what sem_release returns. When it leaves, the queue is
 -- woken: the waiters the permits now serve go.
