@@ -202,9 +202,12 @@ fn bound_once(keys: &[ApiKey], places: &[String]) -> Result<(), String> {
                     format!("{}:{} ({})", key.namespace, key.role.as_str(), places[i])
                 })
                 .collect();
+            let times = match at.len() {
+                2 => "twice".to_string(),
+                n => format!("{n} times"),
+            };
             format!(
-                "the API key whose SHA-256 begins {prefix} is configured {} times: {}",
-                at.len(),
+                "the API key whose SHA-256 begins {prefix} is configured {times}: {}",
                 entries.join(", ")
             )
         })
