@@ -14,7 +14,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Layout, Refusal, queued};
+use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A holder's hold: all its permits under one lease.
@@ -117,12 +117,29 @@ impl Semaphores {
         wait_left_ms: u64,
         attempt: &AttemptId,
     ) -> Result<Attempt<SemGrant>, StoreError> {
+        let lease = (lease_ms, wait_left_ms);
+        self.try_acquire_in(name, holder, permits, lease, attempt, None)
+            .await
+    }
+
+    /// [`Self::try_acquire`], or with `session` in a session; see
+    /// [`crate::coord::locks::Locks::try_acquire_in`].
+    pub async fn try_acquire_in(
+        &self,
+        name: &str,
+        holder: &str,
+        permits: u64,
+        (lease_ms, wait_left_ms): (u64, u64),
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<SemGrant>, StoreError> {
         let (permits, lease) = (permits.to_string(), lease_ms.to_string());
+        let [session, version] = SessionTerm::args(session);
         let args = self.layout.args(
             name,
             holder,
             Some(wait_left_ms),
-            &[&permits, &lease, attempt.as_str()],
+            &[&permits, &lease, attempt.as_str(), &session, &version],
         );
         let keys = self.layout.keys(name, Some(attempt), EXTRA);
         let reply: Vec<Value> = self
@@ -142,6 +159,7 @@ impl Semaphores {
                 permits, "permits",
             )?))),
             [Value::Int(-4)] => Ok(Attempt::Refused(Refusal::NotFound)),
+            [Value::Int(-5)] => Ok(Attempt::Refused(Refusal::SessionMismatch)),
             other => Err(StoreError::reply("sem_acquire", other)),
         }
     }
@@ -166,16 +184,30 @@ impl Semaphores {
             .await
     }
 
-    /// Renews the holder's lease. `Ok(None)` when it holds nothing.
+    /// Renews the holder's lease (a hold taken in a session no further
+    /// than the session's end). `Ok(None)` when it holds nothing.
     pub async fn heartbeat(
         &self,
         name: &str,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<SemGrant>, StoreError> {
-        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        self.renew(name, holder, lease_ms, None).await
+    }
+
+    /// [`Self::heartbeat`], or a session's renewal of the holder's hold;
+    /// see [`crate::coord::locks::Locks::renew`].
+    pub async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Option<SemGrant>, StoreError> {
+        let own = SessionTerm::renewal(lease_ms, session);
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
         let reply = self
-            .call(&scripts::SEM_HEARTBEAT, name, holder, &[&lease])
+            .call(&scripts::SEM_HEARTBEAT, name, holder, &own)
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Some(grant(rest)?)),
@@ -187,8 +219,28 @@ impl Semaphores {
     /// Gives back all the holder's permits; how many. `Ok(None)` when it
     /// holds nothing.
     pub async fn release(&self, name: &str, holder: &str) -> Result<Option<u64>, StoreError> {
+        self.give_back(name, holder, &[]).await
+    }
+
+    /// Session `session` ends: gives back the holder's permits if they
+    /// were taken in it; true when there were some.
+    pub async fn release_in(
+        &self,
+        name: &str,
+        holder: &str,
+        session: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(self.give_back(name, holder, &[session]).await?.is_some())
+    }
+
+    async fn give_back(
+        &self,
+        name: &str,
+        holder: &str,
+        own: &[&str],
+    ) -> Result<Option<u64>, StoreError> {
         let keys = self.layout.keys(name, None, EXTRA);
-        let args = self.layout.args(name, holder, None, &[]);
+        let args = self.layout.args(name, holder, None, own);
         let released: i64 = self
             .layout
             .store

@@ -151,11 +151,9 @@ async fn one_session_heartbeat_renews_every_hold_and_its_expiry_frees_them_all()
     let id = session(&a, ttl_ms).await;
     let grants = hold_everything(&a, &id).await;
     for grant in &grants {
-        assert_eq!(grant["lease_ms"], ttl_ms, "{grant}");
-        assert!(
-            grant["expires_in_ms"].as_u64().unwrap() <= ttl_ms,
-            "{grant}"
-        );
+        // What the hold has left of the session's TTL.
+        assert!(grant["lease_ms"].as_u64().unwrap() <= ttl_ms, "{grant}");
+        assert_eq!(grant["expires_in_ms"], grant["lease_ms"], "{grant}");
     }
     let (status, state) = get(&b, &format!("/sessions/{id}")).await;
     assert_eq!(status, 200);
@@ -694,15 +692,16 @@ async fn an_acquire_whose_session_ends_while_it_waits_takes_nothing() {
 }
 
 /// The session scripts below HTTP: a session is one hash whose TTL is the
-/// session's; attaching a hold sets the hold's own lease to the session's
-/// remaining TTL, a heartbeat renews both, and a hold gone is forgotten.
+/// session's; a hold taken in it records it and gets the session's
+/// remaining TTL as its lease, a heartbeat renews both, a renewal of an
+/// older version changes nothing, and a hold gone is forgotten.
 #[tokio::test]
 async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
-    use latchkey::coord::AttemptId;
     use latchkey::coord::locks::{LockKind, Locks};
     use latchkey::coord::rwlocks::RwLocks;
     use latchkey::coord::semaphores::Semaphores;
     use latchkey::coord::sessions::{Hold, HoldKind, Sessions};
+    use latchkey::coord::{AttemptId, SessionTerm};
     use redis::AsyncCommands;
 
     let redis = redis();
@@ -728,23 +727,45 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     assert!(pttl > 9_900 && pttl <= 10_000, "{pttl}");
 
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let terms = sessions.terms("s1").await.unwrap().expect("it exists");
+    assert!(terms.remaining_ms <= 9_750, "{terms:?}");
+    let term = SessionTerm {
+        id: "s1",
+        version: terms.version,
+    };
     locks
-        .try_acquire("k", "h", 10_000, 0, &AttemptId::new())
+        .try_acquire_in(
+            "k",
+            "h",
+            terms.remaining_ms,
+            0,
+            &AttemptId::new(),
+            Some(term),
+        )
         .await
         .unwrap();
+    let recorded: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg("t:{k}:lock")
+        .arg(&["s", "sv"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded,
+        [Some("s1".to_string()), Some(terms.version.to_string())]
+    );
     let hold = Hold {
         kind: HoldKind::Lock,
         name: "k".into(),
         holder: "h".into(),
     };
-    let expires = sessions.attach("s1", std::slice::from_ref(&hold)).await;
-    let expires = expires.unwrap().expect("the session exists");
+    let left = sessions
+        .attach("s1", std::slice::from_ref(&hold), terms.version)
+        .await;
+    let left = left.unwrap().expect("the session exists");
     let session: i64 = conn.pttl("t:{s1}:session").await.unwrap();
     let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
-    assert!(
-        expires <= 9_750,
-        "the remaining TTL, not the TTL: {expires}"
-    );
+    assert!(left <= 9_750, "the remaining TTL, not the TTL: {left}");
     assert!(
         (lock - session).abs() < 50,
         "lock {lock} ms, session {session} ms"
@@ -762,6 +783,14 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     assert!(lock > 19_900, "renewed with the session: {lock}");
     let state = sessions.state("s1").await.unwrap().unwrap();
     assert_eq!((state.ttl_ms, state.holds), (20_000, 1));
+    // A renewal of an older version (a slow heartbeat) changes nothing.
+    let stale = locks.renew("k", "h", Some(1000), Some(term)).await.unwrap();
+    assert!(stale.expect("still the session's").lease_ms > 19_000);
+    let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(lock > 19_000, "{lock}");
+    // A direct heartbeat renews it no further than the session.
+    let direct = locks.heartbeat("k", "h", Some(60_000)).await.unwrap();
+    assert!(direct.expect("held").lease_ms <= 20_000);
 
     assert!(locks.release("k", "h", false).await.unwrap().is_some());
     let renewed = sessions.heartbeat("s1", None).await.unwrap().unwrap();
@@ -770,7 +799,8 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     assert_eq!(fields.len(), 2, "ttl and version only: {fields:?}");
 
     assert_eq!(sessions.delete("s1").await.unwrap(), Some(0));
-    assert_eq!(sessions.attach("s1", &[hold]).await.unwrap(), None);
+    assert_eq!(sessions.attach("s1", &[hold], 0).await.unwrap(), None);
+    assert_eq!(sessions.terms("s1").await.unwrap(), None);
     assert_eq!(sessions.heartbeat("s1", None).await.unwrap(), None);
     assert_eq!(sessions.delete("s1").await.unwrap(), None);
     let exists: bool = conn.exists("t:{s1}:session").await.unwrap();
