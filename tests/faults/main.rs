@@ -290,6 +290,10 @@ async fn judge(
     eprintln!(
         "fair waiters queued behind others: {queued}; latch waits open when their latch opened: {opened_while_waiting}"
     );
+    let [rounds, overlapping, new_ttl] = record.beat_rounds;
+    eprintln!(
+        "session heartbeat rounds: {rounds} ({overlapping} through two instances at once, {new_ttl} setting a new TTL)"
+    );
     eprintln!("client-side failures (reported, not judged): {failures:?}");
 
     let mut all = Vec::new();
@@ -371,6 +375,8 @@ async fn fault_injection_every_primitive() {
             && !record.permits_back.is_empty()
             && !record.fair.is_empty()
             && !record.rates.is_empty()
+            && record.beat_rounds[1] > 0
+            && record.beat_rounds[2] > 0
     );
     assert!(
         all.is_empty(),
