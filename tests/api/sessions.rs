@@ -1301,3 +1301,130 @@ async fn redlock_holds_keep_to_their_session() {
     assert_eq!(get(&app, "/redlocks/k-in").await.1["locked_on"], 0);
     assert_eq!(get(&app, "/redlocks/k-out").await.1["locked_on"], 3);
 }
+
+/// Below HTTP, on each primitive that keeps holds in its own state (locks,
+/// rwlocks, semaphores): a hold taken in a session is renewed and released
+/// for that session only, a renewal of an older version than the hold
+/// applied changes nothing, a newer one may shorten it, and a direct
+/// heartbeat renews it no further than the session's end.
+#[tokio::test]
+async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
+    use latchkey::coord::locks::{LockKind, Locks};
+    use latchkey::coord::rwlocks::{Mode, RwLocks};
+    use latchkey::coord::semaphores::Semaphores;
+    use latchkey::coord::{Attempt, AttemptId, SessionTerm};
+
+    let redis = redis();
+    let store = test_store(&redis).await;
+    let (locks, rwlocks) = (
+        Locks::new(store.clone(), LockKind::Plain),
+        RwLocks::new(store.clone(), 1000),
+    );
+    let semaphores = Semaphores::new(store.clone(), 1000);
+    semaphores.set("p", 2).await.unwrap();
+    let term = |id, version| Some(SessionTerm { id, version });
+    fn granted<T>(attempt: Attempt<T>) -> bool {
+        matches!(attempt, Attempt::Granted(_))
+    }
+    let id = || AttemptId::new();
+    assert!(granted(
+        locks
+            .try_acquire_in("k", "h", 10_000, 0, &id(), term("s1", 5))
+            .await
+            .unwrap()
+    ));
+    assert!(granted(
+        rwlocks
+            .try_acquire_in("r", "h", Mode::Read, (10_000, 0), &id(), term("s1", 5))
+            .await
+            .unwrap()
+    ));
+    assert!(granted(
+        semaphores
+            .try_acquire_in("p", "h", 1, (10_000, 0), &id(), term("s1", 5))
+            .await
+            .unwrap()
+    ));
+
+    // Another session's renewal and release find nothing of theirs.
+    let other = term("s2", 9);
+    assert!(
+        locks
+            .renew("k", "h", Some(60_000), other)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        rwlocks
+            .renew("r", "h", Some(60_000), other)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let renewed = semaphores
+        .renew("p", "h", Some(60_000), other)
+        .await
+        .unwrap();
+    assert!(renewed.is_none());
+    assert!(!locks.release_in("k", "h", "s2").await.unwrap());
+    assert!(
+        !rwlocks
+            .release_in("r", "h", Mode::Read, "s2")
+            .await
+            .unwrap()
+    );
+    assert!(!semaphores.release_in("p", "h", "s2").await.unwrap());
+
+    // An older version changes nothing; a newer one shortens.
+    let lease = |old: bool| {
+        (
+            if old { 60_000 } else { 2000 },
+            term("s1", if old { 4 } else { 6 }),
+        )
+    };
+    for old in [true, false] {
+        let (ms, t) = lease(old);
+        let lock = locks.renew("k", "h", Some(ms), t).await.unwrap().unwrap();
+        let rw = rwlocks.renew("r", "h", Some(ms), t).await.unwrap().unwrap();
+        let sem = semaphores
+            .renew("p", "h", Some(ms), t)
+            .await
+            .unwrap()
+            .unwrap();
+        let left = [lock.lease_ms, rw.lease_ms, sem.lease_ms];
+        let most = if old { 10_000 } else { 2000 };
+        assert!(
+            left.iter().all(|l| *l <= most && *l > most - 500),
+            "{old}: {left:?}"
+        );
+    }
+    // A direct heartbeat renews no further than the session's end.
+    let lock = locks
+        .heartbeat("k", "h", Some(60_000))
+        .await
+        .unwrap()
+        .unwrap();
+    let rw = rwlocks.heartbeat("r", "h", None).await.unwrap().unwrap();
+    let sem = semaphores
+        .heartbeat("p", "h", Some(60_000))
+        .await
+        .unwrap()
+        .unwrap();
+    for left in [lock.lease_ms, rw.lease_ms, sem.lease_ms] {
+        assert!(left <= 2000, "{left}");
+    }
+
+    // The session's own release.
+    assert!(locks.release_in("k", "h", "s1").await.unwrap());
+    assert!(
+        rwlocks
+            .release_in("r", "h", Mode::Read, "s1")
+            .await
+            .unwrap()
+    );
+    assert!(semaphores.release_in("p", "h", "s1").await.unwrap());
+    assert!(!locks.state("k").await.unwrap().locked);
+    assert_eq!(rwlocks.state("r").await.unwrap().readers, 0);
+    assert_eq!(semaphores.state("p").await.unwrap().unwrap().available, 2);
+}
