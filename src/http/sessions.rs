@@ -79,9 +79,10 @@ pub struct SessionGrant {
     /// How often to send a heartbeat (ttl_ms / 3).
     pub heartbeat_interval_ms: u64,
     /// The holds attached and renewed (0 at creation; a multi-lock counts
-    /// one per lock). Holds released by their holders are no longer
-    /// counted; a client that counts its holds sees here whether one was
-    /// lost (after a heartbeat that failed, for instance).
+    /// one per lock). Holds released by their holders (or taken again
+    /// outside the session) are no longer counted; a client that counts
+    /// its holds sees here whether one was lost (after a heartbeat that
+    /// failed, for instance).
     pub holds: u64,
 }
 
@@ -117,8 +118,8 @@ pub struct SessionStatus {
 #[schema(example = json!({"released": 5}))]
 pub struct SessionReleased {
     /// Holds released (each with all its reentrant holds; a multi-lock
-    /// counts one per lock); holds already released or expired are not
-    /// counted.
+    /// counts one per lock); holds already released or expired, or taken
+    /// again outside the session, are not counted (nor released).
     pub released: u64,
 }
 
