@@ -59,6 +59,8 @@ pub enum ProblemType {
     Forbidden,
     #[serde(rename = "/problems/rate-limited")]
     RateLimited,
+    #[serde(rename = "/problems/session-mismatch")]
+    SessionMismatch,
     #[serde(rename = "/problems/backend-unavailable")]
     BackendUnavailable,
     #[serde(rename = "/problems/shutting-down")]
@@ -90,6 +92,7 @@ impl ProblemType {
             Unauthorized => "Unauthorized",
             Forbidden => "Forbidden",
             RateLimited => "Rate limited",
+            SessionMismatch => "Session mismatch",
             BackendUnavailable => "Backend unavailable",
             ShuttingDown => "Shutting down",
             Internal => "Internal error",
@@ -336,6 +339,21 @@ impl ApiError {
         )
     }
 
+    /// 409 `session-mismatch`: the holder already holds the object in
+    /// another session, or in one while the request names none (or the
+    /// reverse).
+    pub fn session_mismatch() -> Self {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            ProblemType::SessionMismatch,
+            "this holder already holds this object in another session, or without a session \
+             while this request names one (or in a session while this request names none); \
+             a session renews and releases only the holds acquired in it, so one hold cannot \
+             be in two. Nothing was changed: release the other hold first, or use another \
+             holder id",
+        )
+    }
+
     /// 409 `upgrade-would-deadlock`: a reader among others asked to write.
     pub fn upgrade_would_deadlock() -> Self {
         ApiError::new(
@@ -454,6 +472,7 @@ impl From<WaitError> for ApiError {
             WaitError::Refused(Refusal::UpgradeWouldDeadlock) => ApiError::upgrade_would_deadlock(),
             WaitError::Refused(Refusal::NotFound) => ApiError::no_such_object(),
             WaitError::Refused(Refusal::NoSession) => ApiError::no_such_session(),
+            WaitError::Refused(Refusal::SessionMismatch) => ApiError::session_mismatch(),
             WaitError::Refused(Refusal::MoreThan(permits)) => ApiError::out_of_range(format!(
                 "permits must be at most the semaphore's {permits} permits; a request for \
                  more could never be granted"

@@ -16,7 +16,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Blocked, Layout, queued};
+use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A successful acquisition or renewal.
@@ -49,6 +49,18 @@ pub struct LockState {
     pub fencing_token: u64,
 }
 
+/// Reads `[token, hold_count, lease_ms]` (after the leading 1).
+fn grant(reply: &[Value]) -> Result<LockGrant, StoreError> {
+    match reply {
+        [token, count, lease] => Ok(LockGrant {
+            fencing_token: reply_u64(token, "token")?,
+            hold_count: reply_u64(count, "count")?,
+            lease_ms: reply_u64(lease, "lease")?,
+        }),
+        other => Err(StoreError::Unexpected(format!("lock grant {other:?}"))),
+    }
+}
+
 /// Used when a blocker has no TTL at all (someone PERSISTed our key by
 /// hand): waiters then re-check once a second instead of spinning.
 const NO_TTL_RECHECK_MS: u64 = 1000;
@@ -71,6 +83,7 @@ struct KindScripts {
     /// A holder's DELETE: leave the queue if it waits, else release.
     leave: &'static Script,
     force_unlock: &'static Script,
+    heartbeat: &'static Script,
 }
 
 #[derive(Clone, Debug)]
@@ -108,6 +121,7 @@ impl Locks {
                 release: &scripts::LOCK_RELEASE,
                 leave: &scripts::LOCK_RELEASE,
                 force_unlock: &scripts::LOCK_FORCE_UNLOCK,
+                heartbeat: &scripts::LOCK_HEARTBEAT,
             },
             LockKind::Fair { .. } => KindScripts {
                 acquire: &scripts::FAIR_ACQUIRE,
@@ -115,6 +129,7 @@ impl Locks {
                 release: &scripts::FAIR_RELEASE,
                 leave: &scripts::FAIR_LEAVE,
                 force_unlock: &scripts::FAIR_FORCE_UNLOCK,
+                heartbeat: &scripts::FAIR_HEARTBEAT,
             },
         }
     }
@@ -128,7 +143,8 @@ impl Locks {
     /// attempt id makes the try safe to repeat and possible to undo;
     /// `wait_left_ms` (fair locks) keeps a long-poll's queue entry for the
     /// rest of its wait plus the grace, and is `None` for a try
-    /// (`wait_ms: 0`), which takes no place.
+    /// (`wait_ms: 0`), which takes no place. Refused with `SessionMismatch`
+    /// when the holder holds the lock in a session.
     pub async fn try_acquire(
         &self,
         name: &str,
@@ -137,28 +153,46 @@ impl Locks {
         wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<LockGrant>, StoreError> {
+        self.try_acquire_in(name, holder, lease_ms, wait_left_ms, attempt, None)
+            .await
+    }
+
+    /// [`Self::try_acquire`], or with `session` in a session: the hold
+    /// records it and the version `lease_ms` (its remaining TTL) comes
+    /// from. Refused with `SessionMismatch` when the holder holds the lock
+    /// in no session or another one.
+    pub async fn try_acquire_in(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: u64,
+        wait_left_ms: Option<u64>,
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<LockGrant>, StoreError> {
         let keys = self.layout.keys(name, Some(attempt), &[]);
         let lease = lease_ms.to_string();
-        let args = self
-            .layout
-            .args(name, holder, wait_left_ms, &[&lease, attempt.as_str()]);
+        let [session, version] = SessionTerm::args(session);
+        let args = self.layout.args(
+            name,
+            holder,
+            wait_left_ms,
+            &[&lease, attempt.as_str(), &session, &version],
+        );
         let reply: Vec<Value> = self
             .layout
             .store
             .write_repeatable(self.scripts().acquire, &keys, &args)
             .await?;
         match reply.as_slice() {
-            [Value::Int(1), token, count, lease] => Ok(Attempt::Granted(LockGrant {
-                fencing_token: reply_u64(token, "token")?,
-                hold_count: reply_u64(count, "count")?,
-                lease_ms: reply_u64(lease, "lease")?,
-            })),
+            [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
             [Value::Int(0), Value::Int(ttl)] => Ok(Attempt::Blocked(Blocked::after(
                 u64::try_from(*ttl).unwrap_or(NO_TTL_RECHECK_MS),
             ))),
             [Value::Int(0), rest @ ..] if rest.len() == 4 => Ok(Attempt::Blocked(queued(rest)?)),
             // Only possible for an attempt its caller already gave up on.
             [Value::Int(-1)] => Err(StoreError::timeout()),
+            [Value::Int(-5)] => Ok(Attempt::Refused(Refusal::SessionMismatch)),
             other => Err(StoreError::reply("lock_acquire", other)),
         }
     }
@@ -186,30 +220,42 @@ impl Locks {
         }
     }
 
-    /// Renews the holder's lease (`None` keeps the lease it has).
-    /// `Ok(None)` when the holder does not hold the lock.
+    /// Renews the holder's lease (`None` keeps the lease it has); a hold
+    /// taken in a session no further than the session's end (the grant's
+    /// `lease_ms` says what it got). `Ok(None)` when the holder does not
+    /// hold the lock.
     pub async fn heartbeat(
         &self,
         name: &str,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<LockGrant>, StoreError> {
-        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        self.renew(name, holder, lease_ms, None).await
+    }
+
+    /// [`Self::heartbeat`], or with `session` that session's renewal of
+    /// the holder's hold for `lease_ms` (its remaining TTL): only a hold
+    /// taken in it counts (`Ok(None)` otherwise), and a hold that applied
+    /// a newer version keeps its end. The grant's `lease_ms` is what the
+    /// hold has left.
+    pub async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Option<LockGrant>, StoreError> {
+        let own = SessionTerm::renewal(lease_ms, session);
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
+        let keys = self.layout.keys(name, None, &[]);
+        let args = self.layout.args(name, holder, None, &own);
         let reply: Vec<Value> = self
             .layout
             .store
-            .write_repeatable(
-                &scripts::LOCK_HEARTBEAT,
-                &[&self.layout.key(name, "")],
-                &[holder, &lease],
-            )
+            .write_repeatable(self.scripts().heartbeat, &keys, &args)
             .await?;
         match reply.as_slice() {
-            [Value::Int(1), token, count, lease] => Ok(Some(LockGrant {
-                fencing_token: reply_u64(token, "token")?,
-                hold_count: reply_u64(count, "count")?,
-                lease_ms: reply_u64(lease, "lease")?,
-            })),
+            [Value::Int(1), rest @ ..] => Ok(Some(grant(rest)?)),
             [Value::Int(0)] => Ok(None),
             other => Err(StoreError::reply("lock_heartbeat", other)),
         }
@@ -223,8 +269,13 @@ impl Locks {
         holder: &str,
         all: bool,
     ) -> Result<Option<Released>, StoreError> {
-        self.run_release(self.scripts().release, name, holder, all)
-            .await
+        self.run_release(
+            self.scripts().release,
+            name,
+            holder,
+            &[if all { "1" } else { "0" }],
+        )
+        .await
     }
 
     /// A holder's `DELETE`: on a fair lock, a holder that waits in the
@@ -238,21 +289,42 @@ impl Locks {
         holder: &str,
         all: bool,
     ) -> Result<Option<Released>, StoreError> {
-        self.run_release(self.scripts().leave, name, holder, all)
-            .await
+        self.run_release(
+            self.scripts().leave,
+            name,
+            holder,
+            &[if all { "1" } else { "0" }],
+        )
+        .await
     }
 
+    /// Session `session` ends: drops every hold of the holder taken in
+    /// it (a hold in another session, or in none, is not touched); true
+    /// when there was one.
+    pub async fn release_in(
+        &self,
+        name: &str,
+        holder: &str,
+        session: &str,
+    ) -> Result<bool, StoreError> {
+        let script = self.scripts().release;
+        let released = self
+            .run_release(script, name, holder, &["1", session])
+            .await?;
+        Ok(released.is_some())
+    }
+
+    /// Runs a release script (`lock_release`, or a `*_leave` before it)
+    /// with the script's own arguments `own`.
     async fn run_release(
         &self,
         script: &Script,
         name: &str,
         holder: &str,
-        all: bool,
+        own: &[&str],
     ) -> Result<Option<Released>, StoreError> {
         let keys = self.layout.keys(name, None, &[]);
-        let args = self
-            .layout
-            .args(name, holder, None, &[if all { "1" } else { "0" }]);
+        let args = self.layout.args(name, holder, None, own);
         let reply: Vec<Value> = self.layout.store.write(script, &keys, &args).await?;
         match reply.as_slice() {
             [Value::Int(-1)] => Ok(None),

@@ -159,6 +159,47 @@ pub enum Refusal {
     /// The request asks for more than the object ever admits at once
     /// (`permits` beyond a rate limiter's burst).
     OverBurst(u64),
+    /// The holder already holds the object in another session, or in one
+    /// while the request names none (or the reverse): one hold cannot be
+    /// in two sessions, since a session renews and releases only its own.
+    SessionMismatch,
+}
+
+/// A session acting on a hold (README "Sessions"): an acquire in it, or
+/// its renewal of a hold. The primitive records the session in the hold
+/// (so that only this session renews and releases it on its behalf) and
+/// the version of the session's state the lease comes from: a hold keeps
+/// the newest version it applied and ignores older renewals, so a slow
+/// heartbeat never outruns a later one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionTerm<'a> {
+    /// The session's id, namespaced like an object name.
+    pub id: &'a str,
+    /// The version of the session's state the lease comes from.
+    pub version: u64,
+}
+
+impl SessionTerm<'_> {
+    /// The two arguments an acquire script takes for it: the session and
+    /// its version (both '' for an acquire in no session).
+    pub(crate) fn args(term: Option<SessionTerm<'_>>) -> [String; 2] {
+        match term {
+            Some(t) => [t.id.to_string(), t.version.to_string()],
+            None => [String::new(), String::new()],
+        }
+    }
+
+    /// The own arguments of a primitive's heartbeat script: the lease (''
+    /// to renew for the lease the hold has), then for a session's renewal
+    /// the session and the version its lease comes from.
+    pub(crate) fn renewal(lease_ms: Option<u64>, term: Option<SessionTerm<'_>>) -> Vec<String> {
+        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        let mut args = vec![lease];
+        if let Some(t) = term {
+            args.extend(Self::args(Some(t)));
+        }
+        args
+    }
 }
 
 /// How one object's keys are named and what its scripts get first: the

@@ -15,7 +15,7 @@
 use redis::Value;
 
 use super::locks::{LockGrant, LockKind, Locks};
-use super::{Attempt, AttemptId, Blocked, Layout};
+use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Used when a blocker has no TTL at all (someone PERSISTed a key by
@@ -75,13 +75,13 @@ impl MultiLocks {
     }
 
     /// The keys and arguments of a multi-lock script (`scripts/multi.lua`):
-    /// every name's keys, the script's four own arguments, every name's
+    /// every name's keys, the script's six own arguments, every name's
     /// wake channel.
     fn invocation(
         &self,
         names: &[String],
         attempt: Option<&AttemptId>,
-        own: [&str; 4],
+        own: [&str; 6],
     ) -> (Vec<String>, Vec<String>) {
         let keys = names
             .iter()
@@ -98,7 +98,7 @@ impl MultiLocks {
         script: &Script,
         names: &[String],
         attempt: Option<&AttemptId>,
-        own: [&str; 4],
+        own: [&str; 6],
     ) -> Result<T, StoreError> {
         let (keys, args) = self.invocation(names, attempt, own);
         self.layout
@@ -109,6 +109,8 @@ impl MultiLocks {
 
     /// One try for every lock of the set. Blocked names come back in
     /// `Blocked::blocked_by`, with the longest remaining lease among them.
+    /// Refused with `SessionMismatch` when the holder holds a lock of the
+    /// set in a session.
     pub async fn try_acquire(
         &self,
         names: &[String],
@@ -116,13 +118,28 @@ impl MultiLocks {
         lease_ms: u64,
         attempt: &AttemptId,
     ) -> Result<Attempt<Holds>, StoreError> {
+        self.try_acquire_in(names, holder, lease_ms, attempt, None)
+            .await
+    }
+
+    /// [`Self::try_acquire`], or with `session` in a session (see
+    /// [`Locks::try_acquire_in`]).
+    pub async fn try_acquire_in(
+        &self,
+        names: &[String],
+        holder: &str,
+        lease_ms: u64,
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<Holds>, StoreError> {
         if !self.one_node() {
             return self
-                .acquire_in_order(names, holder, lease_ms, attempt)
+                .acquire_in_order(names, holder, lease_ms, attempt, session)
                 .await;
         }
         let lease = lease_ms.to_string();
-        let own = [holder, &lease, attempt.as_str(), ""];
+        let [id, version] = SessionTerm::args(session);
+        let own = [holder, &lease, attempt.as_str(), "", &id, &version];
         let reply: Vec<Value> = self
             .call(&scripts::MULTI_ACQUIRE, names, Some(attempt), own)
             .await?;
@@ -147,6 +164,7 @@ impl MultiLocks {
                 }))
             }
             [Value::Int(-1)] => Err(StoreError::timeout()),
+            [Value::Int(-5)] => Ok(Attempt::Refused(Refusal::SessionMismatch)),
             other => Err(StoreError::reply("multi_acquire", other)),
         }
     }
@@ -154,13 +172,14 @@ impl MultiLocks {
     /// Redis Cluster: the locks one at a time in the names' sorted order
     /// (so two sets never take each other's locks in opposite orders), all
     /// under the one attempt id; the first lock that blocks makes the
-    /// attempt give back what it took so far.
+    /// attempt give back what it took so far (as does a refusal).
     async fn acquire_in_order(
         &self,
         names: &[String],
         holder: &str,
         lease_ms: u64,
         attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<Holds>, StoreError> {
         let mut order: Vec<usize> = (0..names.len()).collect();
         order.sort_by(|a, b| names[*a].cmp(&names[*b]));
@@ -168,30 +187,29 @@ impl MultiLocks {
         for (done, &i) in order.iter().enumerate() {
             let tried = self
                 .locks
-                .try_acquire(&names[i], holder, lease_ms, None, attempt)
+                .try_acquire_in(&names[i], holder, lease_ms, None, attempt, session)
                 .await;
-            let blocked = match tried {
+            let outcome = match tried {
                 Ok(Attempt::Granted(grant)) => {
                     holds[i] = Some(grant);
                     continue;
                 }
-                Ok(Attempt::Blocked(blocked)) => Ok(blocked),
-                Ok(Attempt::Refused(_)) => Err(StoreError::reply("lock_acquire", &[])),
+                Ok(Attempt::Blocked(blocked)) => Ok(Attempt::Blocked(Blocked {
+                    blocked_by: Some(bits([i])),
+                    ..blocked
+                })),
+                Ok(Attempt::Refused(refusal)) => Ok(Attempt::Refused(refusal)),
                 Err(e) => Err(e),
             };
             // Give back what this attempt took (and, after an error, the
             // lock whose outcome is unknown); a failed give-back ends with
             // the lease.
-            let taken: Vec<String> = order[..done + usize::from(blocked.is_err())]
+            let taken: Vec<String> = order[..done + usize::from(outcome.is_err())]
                 .iter()
                 .map(|&j| names[j].clone())
                 .collect();
             self.undo_each(&taken, holder, attempt).await;
-            let blocked = blocked?;
-            return Ok(Attempt::Blocked(Blocked {
-                blocked_by: Some(bits([i])),
-                ..blocked
-            }));
+            return outcome;
         }
         Ok(Attempt::Granted(holds.into_iter().flatten().collect()))
     }
@@ -220,7 +238,7 @@ impl MultiLocks {
         if !self.one_node() {
             return Ok(self.undo_each(names, holder, attempt).await);
         }
-        let own = [holder, "", attempt.as_str(), UNDO_MARKER_MS];
+        let own = [holder, "", attempt.as_str(), UNDO_MARKER_MS, "", ""];
         let given: i64 = self
             .call(&scripts::MULTI_UNDO, names, Some(attempt), own)
             .await?;
@@ -257,7 +275,7 @@ impl MultiLocks {
                 &scripts::MULTI_HEARTBEAT,
                 names,
                 None,
-                [holder, &lease, "", ""],
+                [holder, &lease, "", "", "", ""],
             )
             .await?;
         match reply.as_slice() {
@@ -303,7 +321,7 @@ impl MultiLocks {
             });
         }
         // A release must run at most once: not repeated on a dead connection.
-        let (keys, args) = self.invocation(names, None, [holder, "", "", ""]);
+        let (keys, args) = self.invocation(names, None, [holder, "", "", "", "", ""]);
         let reply: Vec<Value> = self
             .layout
             .store

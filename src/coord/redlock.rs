@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use redis::Value;
 
-use super::{Attempt, AttemptId, Blocked};
+use super::{Attempt, AttemptId, Blocked, Refusal, SessionTerm};
 use crate::metrics::Metrics;
 use crate::store::{Condition, Store, StoreConfig, StoreError, reply_u64, scripts};
 
@@ -145,6 +145,9 @@ enum NodeAcquire {
     Granted(u64),
     /// Another holder holds it here for this many more ms.
     Held(u64),
+    /// This holder holds it here in another session, or in none (or the
+    /// reverse).
+    Mismatch,
 }
 
 /// Why a call got no quorum, as the client is told it.
@@ -251,13 +254,30 @@ impl RedLocks {
 
     /// One try: ask every node, and grant with a quorum and time left;
     /// otherwise give back what the try took and report the hold that
-    /// blocks it (or that too few nodes answered).
+    /// blocks it (or that too few nodes answered). Refused with
+    /// `SessionMismatch` (and given back) when some node has the holder's
+    /// hold in a session.
     pub async fn try_acquire(
         &self,
         name: &str,
         holder: &str,
         lease_ms: u64,
         attempt: &AttemptId,
+    ) -> Result<Attempt<RedGrant>, StoreError> {
+        self.try_acquire_in(name, holder, lease_ms, attempt, None)
+            .await
+    }
+
+    /// [`Self::try_acquire`], or with `session` in a session (see
+    /// [`crate::coord::locks::Locks::try_acquire_in`]): every node records
+    /// the session in its hold.
+    pub async fn try_acquire_in(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: u64,
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<RedGrant>, StoreError> {
         let started = Instant::now();
         let timeout = node_timeout(lease_ms);
@@ -267,7 +287,8 @@ impl RedLocks {
             self.key(name, &format!("undone:{}", attempt.as_str())),
         ];
         let lease = lease_ms.to_string();
-        let args = [holder, &lease, attempt.as_str()];
+        let [id, version] = SessionTerm::args(session);
+        let args = [holder, &lease, attempt.as_str(), &id, &version];
         let (keys, args) = (&keys, &args);
         let answers = self
             .on_every_node(self.all(), timeout, |node| async move {
@@ -283,6 +304,7 @@ impl RedLocks {
                     )),
                     // Only possible for an attempt already given up.
                     [Value::Int(-1)] => Err(StoreError::timeout()),
+                    [Value::Int(-5)] => Ok(NodeAcquire::Mismatch),
                     other => Err(StoreError::reply("redlock_acquire", other)),
                 }
             })
@@ -291,15 +313,22 @@ impl RedLocks {
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut held: Vec<u64> = Vec::new();
         let mut unknown: Vec<usize> = Vec::new();
+        let mut mismatch = false;
         for (i, answer) in answers {
             match answer {
                 Ok(NodeAcquire::Granted(token)) => granted.push((i, token)),
                 Ok(NodeAcquire::Held(ttl)) => held.push(ttl),
+                Ok(NodeAcquire::Mismatch) => mismatch = true,
                 Err(_) => unknown.push(i),
             }
         }
         let quorum = self.inner.quorum;
         let total = self.total();
+        if mismatch {
+            self.give_back_nodes(name, holder, attempt, &granted, &unknown, lease_ms)
+                .await;
+            return Ok(Attempt::Refused(Refusal::SessionMismatch));
+        }
 
         let failure = if granted.len() >= quorum {
             let token = granted.iter().map(|(_, t)| *t).max().unwrap_or(0);
@@ -508,29 +537,60 @@ impl RedLocks {
     }
 
     /// Renews the holder's hold on every node (`None` keeps the lease it
-    /// has). `Ok(None)` when it no longer holds a quorum: what is left of
-    /// its hold is then removed, so that it does not block others.
+    /// has; a hold taken in a session no further than the session's end
+    /// on each node). `Ok(None)` when it no longer holds a quorum: what is
+    /// left of its hold is then removed, so that it does not block others.
     pub async fn heartbeat(
         &self,
         name: &str,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<RedGrant>, StoreError> {
-        let started = Instant::now();
+        self.renew(name, holder, lease_ms, None).await
+    }
+
+    /// [`Self::heartbeat`], or a session's renewal of the holder's hold on
+    /// every node; see [`crate::coord::locks::Locks::renew`].
+    pub async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Option<RedGrant>, StoreError> {
         let timeout = lease_ms.map_or(NODE_TIMEOUT_MAX, node_timeout);
+        let own = SessionTerm::renewal(lease_ms, session);
+        let args: Vec<&str> = std::iter::once(holder)
+            .chain(own.iter().map(String::as_str))
+            .collect();
+        let session = session.map(|t| t.id);
+        self.renew_on_nodes(name, holder, timeout, &args, session)
+            .await
+    }
+
+    /// Runs the heartbeat script with `args` on every node; a renewal by
+    /// `session` removes only holds taken in it when too few are left.
+    async fn renew_on_nodes(
+        &self,
+        name: &str,
+        holder: &str,
+        timeout: Duration,
+        args: &[&str],
+        session: Option<&str>,
+    ) -> Result<Option<RedGrant>, StoreError> {
+        let started = Instant::now();
         let keys = [self.key(name, "")];
-        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
-        let args = [holder, lease.as_str()];
-        let (keys, args) = (&keys, &args);
+        let keys = &keys;
         let answers = self
             .on_every_node(self.all(), timeout, |node| async move {
                 let reply: Vec<Value> = node
                     .write_repeatable(&scripts::REDLOCK_HEARTBEAT, keys, args)
                     .await?;
                 match reply.as_slice() {
-                    [Value::Int(1), token, lease] => Ok(Some((
+                    [Value::Int(1), token, lease, shortened] => Ok(Some((
                         reply_u64(token, "token")?,
                         reply_u64(lease, "lease")?,
+                        matches!(shortened, Value::Int(1)),
                     ))),
                     [Value::Int(0)] => Ok(None),
                     other => Err(StoreError::reply("redlock_heartbeat", other)),
@@ -540,10 +600,17 @@ impl RedLocks {
         let renewed: Vec<(usize, (u64, u64))> = answers
             .iter()
             .filter_map(|(i, r)| match r {
-                Ok(Some(hold)) => Some((*i, *hold)),
+                Ok(Some((token, lease, _))) => Some((*i, (*token, *lease))),
                 _ => None,
             })
             .collect();
+        if answers
+            .iter()
+            .any(|(_, r)| matches!(r, Ok(Some((_, _, true)))))
+        {
+            // It now ends earlier than it did: waiters look again.
+            self.wake(name);
+        }
         let unanswered = answers.iter().filter(|(_, r)| r.is_err()).count();
         let (quorum, total) = (self.inner.quorum, self.total());
         if renewed.len() >= quorum {
@@ -576,7 +643,7 @@ impl RedLocks {
         }
         if !renewed.is_empty() {
             let nodes = renewed.iter().map(|(i, _)| *i);
-            self.release_on(name, holder, nodes, timeout).await;
+            self.release_on(name, holder, nodes, timeout, session).await;
             self.wake(name);
         }
         Ok(None)
@@ -588,8 +655,28 @@ impl RedLocks {
     /// cleaned up), `Ok(None)` when no node held it and enough answered to
     /// tell.
     pub async fn release(&self, name: &str, holder: &str) -> Result<Option<bool>, StoreError> {
+        self.remove(name, holder, None).await
+    }
+
+    /// Session `session` ends: removes the holder's hold from every node
+    /// where it was taken in that session; true when one was removed.
+    pub async fn release_in(
+        &self,
+        name: &str,
+        holder: &str,
+        session: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(self.remove(name, holder, Some(session)).await?.is_some())
+    }
+
+    async fn remove(
+        &self,
+        name: &str,
+        holder: &str,
+        session: Option<&str>,
+    ) -> Result<Option<bool>, StoreError> {
         let answers = self
-            .release_on(name, holder, self.all(), NODE_TIMEOUT_MAX)
+            .release_on(name, holder, self.all(), NODE_TIMEOUT_MAX, session)
             .await;
         let removed = answers.iter().filter(|(_, r)| matches!(r, Ok(1))).count();
         let answered = answers.iter().filter(|(_, r)| r.is_ok()).count();
@@ -608,15 +695,18 @@ impl RedLocks {
         )))
     }
 
+    /// Runs the release on `nodes` (with `session`: only a hold taken in
+    /// it).
     async fn release_on(
         &self,
         name: &str,
         holder: &str,
         nodes: impl Iterator<Item = usize>,
         timeout: Duration,
+        session: Option<&str>,
     ) -> Vec<(usize, Result<i64, StoreError>)> {
         let keys = [self.key(name, "")];
-        let args = [holder];
+        let args: Vec<&str> = std::iter::once(holder).chain(session).collect();
         let (keys, args) = (&keys, &args);
         self.on_every_node(nodes, timeout, |node| async move {
             node.write_repeatable::<i64>(&scripts::REDLOCK_RELEASE, keys, args)

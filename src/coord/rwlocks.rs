@@ -11,7 +11,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Layout, Refusal, queued};
+use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Read or write.
@@ -121,12 +121,30 @@ impl RwLocks {
         wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<RwGrant>, StoreError> {
+        let lease = (lease_ms, wait_left_ms);
+        self.try_acquire_in(name, holder, mode, lease, attempt, None)
+            .await
+    }
+
+    /// [`Self::try_acquire`], or with `session` in a session; see
+    /// [`crate::coord::locks::Locks::try_acquire_in`]. All the holder's
+    /// holds on the rwlock are in one session or none.
+    pub async fn try_acquire_in(
+        &self,
+        name: &str,
+        holder: &str,
+        mode: Mode,
+        (lease_ms, wait_left_ms): (u64, Option<u64>),
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<RwGrant>, StoreError> {
         let lease = lease_ms.to_string();
+        let [session, version] = SessionTerm::args(session);
         let args = self.layout.args(
             name,
             holder,
             wait_left_ms,
-            &[mode.code(), &lease, attempt.as_str()],
+            &[mode.code(), &lease, attempt.as_str(), &session, &version],
         );
         let reply: Vec<Value> = self
             .layout
@@ -138,6 +156,7 @@ impl RwLocks {
             [Value::Int(0), rest @ ..] => Ok(Attempt::Blocked(queued(rest)?)),
             [Value::Int(-1)] => Err(StoreError::timeout()),
             [Value::Int(-2)] => Ok(Attempt::Refused(Refusal::UpgradeWouldDeadlock)),
+            [Value::Int(-5)] => Ok(Attempt::Refused(Refusal::SessionMismatch)),
             other => Err(StoreError::reply("rw_acquire", other)),
         }
     }
@@ -162,15 +181,29 @@ impl RwLocks {
         self.layout.leave(name, &member).await
     }
 
-    /// Renews every hold of the holder. `Ok(None)` when it holds nothing.
+    /// Renews every hold of the holder (holds taken in a session no
+    /// further than the session's end). `Ok(None)` when it holds nothing.
     pub async fn heartbeat(
         &self,
         name: &str,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<RwGrant>, StoreError> {
-        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
-        let args = self.layout.args(name, holder, None, &[&lease]);
+        self.renew(name, holder, lease_ms, None).await
+    }
+
+    /// [`Self::heartbeat`], or a session's renewal of every hold of the
+    /// holder; see [`crate::coord::locks::Locks::renew`].
+    pub async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Option<RwGrant>, StoreError> {
+        let own = SessionTerm::renewal(lease_ms, session);
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
+        let args = self.layout.args(name, holder, None, &own);
         let reply: Vec<Value> = self
             .layout
             .store
@@ -222,9 +255,34 @@ impl RwLocks {
         all: bool,
     ) -> Result<Option<RwReleased>, StoreError> {
         let mode = mode.map(Mode::code).unwrap_or("");
-        let args = self
-            .layout
-            .args(name, holder, None, &[mode, if all { "1" } else { "0" }]);
+        self.drop_holds(script, name, holder, &[mode, if all { "1" } else { "0" }])
+            .await
+    }
+
+    /// Session `session` ends: drops every hold of the holder in `mode`
+    /// if its holds were taken in it; true when there was one.
+    pub async fn release_in(
+        &self,
+        name: &str,
+        holder: &str,
+        mode: Mode,
+        session: &str,
+    ) -> Result<bool, StoreError> {
+        let own = [mode.code(), "1", session];
+        let script = &scripts::RW_RELEASE;
+        Ok(self.drop_holds(script, name, holder, &own).await?.is_some())
+    }
+
+    /// Runs a release script (`rw_release`, or `rw_leave` before it) with
+    /// the script's own arguments `own`.
+    async fn drop_holds(
+        &self,
+        script: &Script,
+        name: &str,
+        holder: &str,
+        own: &[&str],
+    ) -> Result<Option<RwReleased>, StoreError> {
+        let args = self.layout.args(name, holder, None, own);
         let reply: Vec<Value> = self
             .layout
             .store

@@ -14,7 +14,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Layout, Refusal, queued};
+use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A holder's hold: all its permits under one lease.
@@ -127,12 +127,29 @@ impl Semaphores {
         wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<SemGrant>, StoreError> {
+        let lease = (lease_ms, wait_left_ms);
+        self.try_acquire_in(name, holder, permits, lease, attempt, None)
+            .await
+    }
+
+    /// [`Self::try_acquire`], or with `session` in a session; see
+    /// [`crate::coord::locks::Locks::try_acquire_in`].
+    pub async fn try_acquire_in(
+        &self,
+        name: &str,
+        holder: &str,
+        permits: u64,
+        (lease_ms, wait_left_ms): (u64, Option<u64>),
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<SemGrant>, StoreError> {
         let (permits, lease) = (permits.to_string(), lease_ms.to_string());
+        let [session, version] = SessionTerm::args(session);
         let args = self.layout.args(
             name,
             holder,
             wait_left_ms,
-            &[&permits, &lease, attempt.as_str()],
+            &[&permits, &lease, attempt.as_str(), &session, &version],
         );
         let keys = self.layout.keys(name, Some(attempt), EXTRA);
         let reply: Vec<Value> = self
@@ -152,6 +169,7 @@ impl Semaphores {
                 permits, "permits",
             )?))),
             [Value::Int(-4)] => Ok(Attempt::Refused(Refusal::NotFound)),
+            [Value::Int(-5)] => Ok(Attempt::Refused(Refusal::SessionMismatch)),
             other => Err(StoreError::reply("sem_acquire", other)),
         }
     }
@@ -176,16 +194,30 @@ impl Semaphores {
             .await
     }
 
-    /// Renews the holder's lease. `Ok(None)` when it holds nothing.
+    /// Renews the holder's lease (a hold taken in a session no further
+    /// than the session's end). `Ok(None)` when it holds nothing.
     pub async fn heartbeat(
         &self,
         name: &str,
         holder: &str,
         lease_ms: Option<u64>,
     ) -> Result<Option<SemGrant>, StoreError> {
-        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
+        self.renew(name, holder, lease_ms, None).await
+    }
+
+    /// [`Self::heartbeat`], or a session's renewal of the holder's hold;
+    /// see [`crate::coord::locks::Locks::renew`].
+    pub async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: Option<u64>,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Option<SemGrant>, StoreError> {
+        let own = SessionTerm::renewal(lease_ms, session);
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
         let reply = self
-            .call(&scripts::SEM_HEARTBEAT, name, holder, &[&lease])
+            .call(&scripts::SEM_HEARTBEAT, name, holder, &own)
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Some(grant(rest)?)),
@@ -198,9 +230,23 @@ impl Semaphores {
     /// holds nothing.
     pub async fn release(&self, name: &str, holder: &str) -> Result<Option<u64>, StoreError> {
         let released = self
-            .run_release(&scripts::SEM_RELEASE, name, holder)
+            .run_release(&scripts::SEM_RELEASE, name, holder, &[])
             .await?;
         Ok(u64::try_from(released).ok())
+    }
+
+    /// Session `session` ends: gives back the holder's permits if they
+    /// were taken in it; true when there were some.
+    pub async fn release_in(
+        &self,
+        name: &str,
+        holder: &str,
+        session: &str,
+    ) -> Result<bool, StoreError> {
+        let released = self
+            .run_release(&scripts::SEM_RELEASE, name, holder, &[session])
+            .await?;
+        Ok(released >= 0)
     }
 
     /// A holder's `DELETE`: a holder that waits in the queue (for any
@@ -213,7 +259,9 @@ impl Semaphores {
         name: &str,
         holder: &str,
     ) -> Result<Option<SemReleased>, StoreError> {
-        let code = self.run_release(&scripts::SEM_LEAVE, name, holder).await?;
+        let code = self
+            .run_release(&scripts::SEM_LEAVE, name, holder, &[])
+            .await?;
         Ok(match code {
             -2 => Some(SemReleased {
                 released_permits: 0,
@@ -226,14 +274,17 @@ impl Semaphores {
         })
     }
 
+    /// Runs a release script (`sem_release`, or `sem_leave` before it)
+    /// with the script's own arguments `own`.
     async fn run_release(
         &self,
         script: &Script,
         name: &str,
         holder: &str,
+        own: &[&str],
     ) -> Result<i64, StoreError> {
         let keys = self.layout.keys(name, None, EXTRA);
-        let args = self.layout.args(name, holder, None, &[]);
+        let args = self.layout.args(name, holder, None, own);
         self.layout.store.write(script, &keys, &args).await
     }
 

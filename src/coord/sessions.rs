@@ -4,22 +4,30 @@
 //!
 //! A session's holds live in their own objects' hash slots, so on a Redis
 //! Cluster no script can reach them all. Instead, every attached hold's own
-//! lease is kept equal to the session's remaining TTL:
+//! lease is kept equal to the session's remaining TTL, and every hold
+//! records its session (so that a session renews and releases only the
+//! holds taken in it, never another hold of the same holder id) and the
+//! newest version of the session's state it applied (the session hash's
+//! `v`, raised by every heartbeat and attach: a hold ignores a renewal
+//! older than what it has, so a slow heartbeat never outruns a later one):
 //!
-//! - an acquire in a session takes its hold with the session's TTL as the
-//!   lease, then [`Sessions::attach`]es it: records it in the session,
-//!   renews it (its primitive's own heartbeat script) for the session's
-//!   remaining TTL, and checks that no session heartbeat ran meanwhile
-//!   (else it renews it again) and that the session still exists (else the
-//!   caller gives the hold back);
+//! - each try of an acquire in a session reads the session's remaining
+//!   TTL and version ([`Sessions::terms`]), takes its hold with that TTL as
+//!   the lease in the session at that version, then
+//!   [`Sessions::attach`]es it: records it in the session (the caller gives
+//!   the hold back when the session is gone) and, only when a heartbeat or
+//!   another attach ran since the read, renews it for the session's
+//!   remaining TTL at the attach's version. Every step costs the same
+//!   however many holds the session has;
 //! - [`Sessions::heartbeat`] renews the session, then every attached hold
-//!   for the same TTL, and forgets the holds that are gone;
+//!   for the same TTL at its version, and forgets the holds that are gone
+//!   (or are no longer this session's);
 //! - when heartbeats stop, the session and its holds expire together (the
 //!   holds a few ms later: the time their renewal took), by the primitives'
 //!   own expiry;
-//! - [`Sessions::delete`] releases every attached hold with its
-//!   primitive's release script (which wakes its waiters), then removes
-//!   the session.
+//! - [`Sessions::delete`] releases every hold still taken in the session
+//!   with its primitive's release script (which wakes its waiters), then
+//!   removes the session.
 //!
 //! Redis layout: one hash `{prefix}{id}:session` (see `scripts/session.lua`).
 
@@ -28,16 +36,12 @@ use std::collections::HashMap;
 use futures_util::future::join_all;
 use redis::Value;
 
+use super::SessionTerm;
 use super::locks::Locks;
 use super::redlock::RedLocks;
 use super::rwlocks::{Mode, RwLocks};
 use super::semaphores::Semaphores;
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
-
-/// How many times an attach renews its holds again when session
-/// heartbeats keep running while it aligns them (each heartbeat renews
-/// them itself, so one more round is almost always the last).
-const ALIGN_ROUNDS: usize = 3;
 
 /// What kind of hold is attached to a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +114,15 @@ pub struct SessionState {
     pub holds: u64,
 }
 
+/// What an acquire in a session reads of it before each try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terms {
+    /// The session's remaining TTL: the lease of a hold taken now.
+    pub remaining_ms: u64,
+    /// The version of the session's state that TTL comes from.
+    pub version: u64,
+}
+
 /// A session renewed with every hold still attached to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Renewed {
@@ -142,7 +155,7 @@ fn attached(pairs: &[Value]) -> Result<Attached, StoreError> {
     Ok(holds)
 }
 
-/// The session's state and its attached holds.
+/// The session's state, version and (when asked for) attached holds.
 struct Read {
     state: SessionState,
     version: u64,
@@ -192,6 +205,12 @@ impl Sessions {
         self.store.write_repeatable(script, &key, args).await
     }
 
+    /// How long one call to Redis may take (what a try in a session, a
+    /// few calls, is bounded by as a whole).
+    pub fn response_timeout(&self) -> std::time::Duration {
+        self.store.response_timeout()
+    }
+
     /// Creates session `id` (namespaced like an object name); false when
     /// one of that id exists.
     pub async fn create(&self, id: &str, ttl_ms: u64) -> Result<bool, StoreError> {
@@ -201,26 +220,22 @@ impl Sessions {
         Ok(created == 1)
     }
 
-    async fn read(&self, id: &str) -> Result<Option<Read>, StoreError> {
+    /// Reads the session: O(1) of its holds, unless `holds` asks for them.
+    async fn read(&self, id: &str, holds: bool) -> Result<Option<Read>, StoreError> {
         let key = [self.store.key(id, "session")];
-        let reply: Vec<Value> = self
-            .store
-            .run(&scripts::SESSION_STATE, &key, &[] as &[&str])
-            .await?;
+        let args = [if holds { "holds" } else { "" }];
+        let reply: Vec<Value> = self.store.run(&scripts::SESSION_STATE, &key, &args).await?;
         match reply.as_slice() {
             [] => Ok(None),
-            [ttl, pttl, version, pairs @ ..] => {
-                let holds = attached(pairs)?;
-                Ok(Some(Read {
-                    state: SessionState {
-                        ttl_ms: reply_u64(ttl, "ttl")?,
-                        expires_in_ms: reply_u64(pttl, "pttl")?,
-                        holds: holds.len() as u64,
-                    },
-                    version: reply_u64(version, "version")?,
-                    holds,
-                }))
-            }
+            [ttl, pttl, version, count, pairs @ ..] => Ok(Some(Read {
+                state: SessionState {
+                    ttl_ms: reply_u64(ttl, "ttl")?,
+                    expires_in_ms: reply_u64(pttl, "pttl")?,
+                    holds: reply_u64(count, "holds")?,
+                },
+                version: reply_u64(version, "version")?,
+                holds: attached(pairs)?,
+            })),
             other => Err(StoreError::reply("session_state", other)),
         }
     }
@@ -229,130 +244,160 @@ impl Sessions {
     /// counts the holds attached to it that were still held at its last
     /// heartbeat, and those attached since: a hold released by its holder
     /// directly is dropped from the count by the session's next heartbeat.
+    /// Costs the same however many holds the session has.
     pub async fn state(&self, id: &str) -> Result<Option<SessionState>, StoreError> {
-        Ok(self.read(id).await?.map(|read| read.state))
+        Ok(self.read(id, false).await?.map(|read| read.state))
     }
 
-    /// Renews `hold` for `lease_ms`; false when it is no longer held.
-    async fn renew(&self, hold: &Hold, lease_ms: u64) -> Result<bool, StoreError> {
-        let (name, holder, lease) = (hold.name.as_str(), hold.holder.as_str(), Some(lease_ms));
+    /// What a try of an acquire in session `id` takes its hold with (its
+    /// remaining TTL, and the version that comes from); `Ok(None)` when the
+    /// session does not exist. Costs the same however many holds the
+    /// session has.
+    pub async fn terms(&self, id: &str) -> Result<Option<Terms>, StoreError> {
+        Ok(self.read(id, false).await?.map(|read| Terms {
+            remaining_ms: read.state.expires_in_ms,
+            version: read.version,
+        }))
+    }
+
+    /// Renews `hold` for session `term` (`lease_ms`: its remaining TTL):
+    /// what the hold has left now, or `Ok(None)` when it is gone or no
+    /// longer this session's (released, expired, taken again without the
+    /// session or in another one).
+    async fn renew(
+        &self,
+        hold: &Hold,
+        lease_ms: u64,
+        term: SessionTerm<'_>,
+    ) -> Result<Option<u64>, StoreError> {
+        let (name, holder) = (hold.name.as_str(), hold.holder.as_str());
         match hold.kind {
-            HoldKind::Lock => Ok(self.locks.heartbeat(name, holder, lease).await?.is_some()),
+            HoldKind::Lock => Ok(self
+                .locks
+                .renew(name, holder, Some(lease_ms), Some(term))
+                .await?
+                .map(|g| g.lease_ms)),
             HoldKind::FairLock => Ok(self
                 .fair_locks
-                .heartbeat(name, holder, lease)
+                .renew(name, holder, Some(lease_ms), Some(term))
                 .await?
-                .is_some()),
-            // An rwlock's heartbeat renews every hold of its holder; the
+                .map(|g| g.lease_ms)),
+            // An rwlock's renewal renews every hold of its holder; the
             // hold of this mode is gone when its count is 0.
             HoldKind::Read | HoldKind::Write => {
-                let renewed = self.rwlocks.heartbeat(name, holder, lease).await?;
-                Ok(renewed.is_some_and(|g| match hold.kind {
-                    HoldKind::Read => g.read_hold_count > 0,
-                    _ => g.write_hold_count > 0,
-                }))
+                let renewed = self
+                    .rwlocks
+                    .renew(name, holder, Some(lease_ms), Some(term))
+                    .await?;
+                Ok(renewed
+                    .filter(|g| match hold.kind {
+                        HoldKind::Read => g.read_hold_count > 0,
+                        _ => g.write_hold_count > 0,
+                    })
+                    .map(|g| g.lease_ms))
             }
             HoldKind::Semaphore => Ok(self
                 .semaphores
-                .heartbeat(name, holder, lease)
+                .renew(name, holder, Some(lease_ms), Some(term))
                 .await?
-                .is_some()),
+                .map(|g| g.lease_ms)),
             HoldKind::Redlock => match &self.redlocks {
-                Some(redlocks) => Ok(redlocks.heartbeat(name, holder, lease).await?.is_some()),
-                None => Ok(false),
+                Some(redlocks) => Ok(redlocks
+                    .renew(name, holder, Some(lease_ms), Some(term))
+                    .await?
+                    .map(|g| g.lease_ms)),
+                None => Ok(None),
             },
         }
     }
 
-    /// Releases every reentrant hold of `hold` (each primitive's release
-    /// wakes its waiters); false when it was no longer held.
-    async fn release(&self, hold: &Hold) -> Result<bool, StoreError> {
+    /// Releases every reentrant hold of `hold` taken in session `id` (each
+    /// primitive's release wakes its waiters); false when there was none
+    /// (released, expired, or not this session's).
+    async fn release(&self, id: &str, hold: &Hold) -> Result<bool, StoreError> {
         let (name, holder) = (hold.name.as_str(), hold.holder.as_str());
         match hold.kind {
-            HoldKind::Lock => Ok(self.locks.release(name, holder, true).await?.is_some()),
-            HoldKind::FairLock => Ok(self.fair_locks.release(name, holder, true).await?.is_some()),
-            HoldKind::Read | HoldKind::Write => {
-                let mode = match hold.kind {
-                    HoldKind::Read => Mode::Read,
-                    _ => Mode::Write,
-                };
-                let released = self.rwlocks.release(name, holder, Some(mode), true).await?;
-                Ok(released.is_some())
-            }
-            HoldKind::Semaphore => Ok(self.semaphores.release(name, holder).await?.is_some()),
+            HoldKind::Lock => self.locks.release_in(name, holder, id).await,
+            HoldKind::FairLock => self.fair_locks.release_in(name, holder, id).await,
+            HoldKind::Read => self.rwlocks.release_in(name, holder, Mode::Read, id).await,
+            HoldKind::Write => self.rwlocks.release_in(name, holder, Mode::Write, id).await,
+            HoldKind::Semaphore => self.semaphores.release_in(name, holder, id).await,
             HoldKind::Redlock => match &self.redlocks {
-                Some(redlocks) => Ok(redlocks.release(name, holder).await?.is_some()),
+                Some(redlocks) => redlocks.release_in(name, holder, id).await,
                 None => Ok(false),
             },
         }
     }
 
-    /// Renews every hold for `lease_ms` at once; the ones no longer held.
+    /// Renews every hold for session `term` at once: the ones gone (or no
+    /// longer its), and the least any renewed hold has left.
     async fn renew_all<'a>(
         &self,
         holds: impl Iterator<Item = &'a Hold>,
         lease_ms: u64,
-    ) -> Result<Vec<&'a Hold>, StoreError> {
+        term: SessionTerm<'_>,
+    ) -> Result<(Vec<&'a Hold>, Option<u64>), StoreError> {
         let renewed =
-            join_all(holds.map(|h| async move { (h, self.renew(h, lease_ms).await) })).await;
+            join_all(holds.map(|h| async move { (h, self.renew(h, lease_ms, term).await) })).await;
         let mut gone = Vec::new();
+        let mut least: Option<u64> = None;
         let mut failed = None;
         for (hold, result) in renewed {
             match result {
-                Ok(true) => {}
-                Ok(false) => gone.push(hold),
+                Ok(Some(left)) => least = Some(least.map_or(left, |l| l.min(left))),
+                Ok(None) => gone.push(hold),
                 Err(e) => failed = Some(e),
             }
         }
         match failed {
             Some(e) => Err(e),
-            None => Ok(gone),
+            None => Ok((gone, least)),
         }
     }
 
-    /// The ttl of session `id`, to acquire in it with; `Ok(None)` when it
-    /// does not exist.
-    pub async fn ttl(&self, id: &str) -> Result<Option<u64>, StoreError> {
-        Ok(self.read(id).await?.map(|read| read.state.ttl_ms))
-    }
-
-    /// Attaches freshly granted holds to session `id` and sets their leases
-    /// to the session's remaining TTL. Returns that TTL (when the holds
-    /// now expire), or `Ok(None)` when the session no longer exists: the
-    /// caller then gives the holds back.
-    pub async fn attach(&self, id: &str, holds: &[Hold]) -> Result<Option<u64>, StoreError> {
+    /// Attaches holds just granted in session `id` (each taken with the
+    /// session's remaining TTL at version `read`, see [`Self::terms`]).
+    /// When a heartbeat or another attach ran since that read, it renews
+    /// them for the session's remaining TTL at the attach's version (a
+    /// heartbeat may have changed the TTL without knowing of them).
+    /// Returns what the holds have left (the grant's lease), or `Ok(None)`
+    /// when the session no longer exists: the caller then gives the holds
+    /// back. Costs the same however many holds the session has.
+    pub async fn attach(
+        &self,
+        id: &str,
+        holds: &[Hold],
+        read: u64,
+    ) -> Result<Option<u64>, StoreError> {
         let fields: Vec<String> = holds.iter().map(Hold::field).collect();
         let reply: Vec<Value> = self.call(&scripts::SESSION_ATTACH, id, &fields).await?;
-        let (mut remaining, mut version) = match reply.as_slice() {
+        let (remaining, version) = match reply.as_slice() {
             [Value::Int(0)] => return Ok(None),
-            [Value::Int(1), pttl, version] => {
+            [Value::Int(1), _ttl, pttl, version] => {
                 (reply_u64(pttl, "pttl")?, reply_u64(version, "version")?)
             }
             other => return Err(StoreError::reply("session_attach", other)),
         };
-        for _ in 0..ALIGN_ROUNDS {
-            // A hold that is already gone again (released, or force
-            // unlocked) is the next heartbeat's to forget.
-            self.renew_all(holds.iter(), remaining.max(1)).await?;
-            let Some(now) = self.read(id).await? else {
-                return Ok(None);
-            };
-            // No heartbeat or attach ran since: the leases are aligned.
-            // Otherwise a heartbeat may have renewed these holds before
-            // this renewal shortened them again: once more.
-            if now.version == version {
-                return Ok(Some(now.state.expires_in_ms));
-            }
-            (remaining, version) = (now.state.expires_in_ms, now.version);
+        if version == read + 1 {
+            // Nothing ran since the read: the holds end with the session.
+            return Ok(Some(remaining));
         }
-        Ok(Some(remaining))
+        let term = SessionTerm { id, version };
+        let (gone, least) = self.renew_all(holds.iter(), remaining.max(1), term).await?;
+        // A hold gone already: released by a DELETE of the session that
+        // ran meanwhile (then the session is gone too), or by its holder
+        // or a force unlock (the next heartbeat forgets it).
+        if !gone.is_empty() && self.terms(id).await?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(least.unwrap_or(remaining)))
     }
 
     /// Renews session `id` (for `ttl_ms`, or the ttl it has), then every
     /// hold attached to it for the same TTL, and forgets the holds that
-    /// are gone. `Ok(None)` when the session does not exist. An error when
-    /// some hold could not be renewed: the session was, and a retry renews
-    /// the rest.
+    /// are gone (or were taken again without the session, or in another).
+    /// `Ok(None)` when the session does not exist. An error when some hold
+    /// could not be renewed: the session was, and a retry renews the rest.
     pub async fn heartbeat(
         &self,
         id: &str,
@@ -360,12 +405,19 @@ impl Sessions {
     ) -> Result<Option<Renewed>, StoreError> {
         let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self.call(&scripts::SESSION_HEARTBEAT, id, &[ttl]).await?;
-        let (ttl_ms, holds) = match reply.as_slice() {
+        let (ttl_ms, version, holds) = match reply.as_slice() {
             [Value::Int(0)] => return Ok(None),
-            [Value::Int(1), ttl, pairs @ ..] => (reply_u64(ttl, "ttl")?, attached(pairs)?),
+            [Value::Int(1), ttl, version, pairs @ ..] => (
+                reply_u64(ttl, "ttl")?,
+                reply_u64(version, "version")?,
+                attached(pairs)?,
+            ),
             other => return Err(StoreError::reply("session_heartbeat", other)),
         };
-        let gone = self.renew_all(holds.iter().map(|(h, _)| h), ttl_ms).await?;
+        let term = SessionTerm { id, version };
+        let (gone, _) = self
+            .renew_all(holds.iter().map(|(h, _)| h), ttl_ms, term)
+            .await?;
         if !gone.is_empty() {
             let mut pairs = Vec::with_capacity(2 * gone.len());
             for (hold, version) in holds.iter().filter(|(h, _)| gone.contains(&h)) {
@@ -380,15 +432,17 @@ impl Sessions {
     }
 
     /// Releases every hold attached to session `id` (every reentrant hold
-    /// of each), then removes the session. Returns how many holds were
-    /// released (held until then); `Ok(None)` when the session does not
-    /// exist. An error leaves the session in place, so that a retry
-    /// releases what is left.
+    /// of each) that was taken in it, then removes the session. Returns
+    /// how many holds were released (held in it until then); `Ok(None)`
+    /// when the session does not exist. An error leaves the session in
+    /// place, so that a retry releases what is left.
     pub async fn delete(&self, id: &str) -> Result<Option<u64>, StoreError> {
-        let Some(read) = self.read(id).await? else {
+        let Some(read) = self.read(id, true).await? else {
             return Ok(None);
         };
-        let mut released = self.release_all(read.holds.iter().map(|(h, _)| h)).await?;
+        let mut released = self
+            .release_all(id, read.holds.iter().map(|(h, _)| h))
+            .await?;
         let reply: Vec<Value> = self
             .call(&scripts::SESSION_DELETE, id, &[] as &[&str])
             .await?;
@@ -410,7 +464,7 @@ impl Sessions {
             .iter()
             .filter(|(h, version)| seen.get(&h.field()) != Some(&version))
             .map(|(h, _)| h);
-        match self.release_all(late).await {
+        match self.release_all(id, late).await {
             Ok(n) => released += n,
             Err(e) => tracing::warn!(
                 error = %e,
@@ -421,12 +475,14 @@ impl Sessions {
         Ok(Some(released))
     }
 
-    /// Releases every hold at once; how many were held.
+    /// Releases every hold taken in session `id` at once; how many were
+    /// held.
     async fn release_all<'a>(
         &self,
+        id: &str,
         holds: impl Iterator<Item = &'a Hold>,
     ) -> Result<u64, StoreError> {
-        let results = join_all(holds.map(|h| self.release(h))).await;
+        let results = join_all(holds.map(|h| self.release(id, h))).await;
         let mut released = 0;
         for result in results {
             released += u64::from(result?);

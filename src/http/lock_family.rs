@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::locks::{LockGrant, LockKind, Locks};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
@@ -81,7 +81,11 @@ pub struct AcquireRequest {
     pub wait_ms: Option<Millis>,
     /// A session id (`POST /sessions`), in place of `lease_ms`: the hold
     /// lives as long as the session, renewed by its heartbeats and released
-    /// when it ends. 404 `not-found` when the session does not exist.
+    /// when it ends; the grant's `lease_ms` is what it has left of the
+    /// session's TTL. 404 `not-found` when the session does not exist; 409
+    /// `session-mismatch` when this holder holds the object without a
+    /// session or in another one (and, without `session`, when it holds the
+    /// object in one).
     #[schema(
         example = "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f",
         pattern = "^[A-Za-z0-9._~:-]{1,128}$"
@@ -95,7 +99,9 @@ pub struct AcquireRequest {
 #[schema(example = json!({}))]
 pub struct HeartbeatRequest {
     /// New lease in ms. Omit it to renew for the lease the hold already
-    /// has. Range as for acquire.
+    /// has. Range as for acquire. A hold taken in a session is renewed no
+    /// further than the session's remaining TTL (the answer's `lease_ms`
+    /// and `expires_in_ms` say what it got).
     #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
     pub lease_ms: Option<Millis>,
 }
@@ -159,7 +165,8 @@ pub struct Checked {
     pub arrived: Instant,
     pub name: ScopedName,
     pub holder: String,
-    /// The body's, or the session's TTL.
+    /// The body's (the default in a session, whose tries take the
+    /// session's remaining TTL as the lease instead).
     pub lease_ms: u64,
     pub wait_ms: u64,
     /// The session the hold attaches to (in the object's namespace).
@@ -168,8 +175,9 @@ pub struct Checked {
 
 impl Checked {
     /// `arrived` is taken first, so the wait counts from the request's
-    /// arrival. A request in a session takes the session's TTL as its
-    /// lease (404 `not-found` when there is no such session).
+    /// arrival. Nothing is read from Redis here: a request in a session
+    /// reads the session in each try, within the request's deadline (404
+    /// `not-found` when there is no such session).
     pub async fn new(
         state: &AppState,
         name: ScopedName,
@@ -192,10 +200,7 @@ impl Checked {
                      session's TTL as its lease",
                 ));
             }
-            (Some(id), None) => {
-                let session = sessions::scoped(&name, id)?;
-                (sessions::lease_in(state, &session).await?, Some(session))
-            }
+            (Some(id), None) => (lease_from(state, None)?, Some(sessions::scoped(&name, id)?)),
         };
         Ok(Checked {
             arrived,
@@ -386,6 +391,25 @@ impl Held for LockAcquisition {
             name: self.name.key.clone(),
             holder: self.holder.clone(),
         }]
+    }
+
+    async fn attempt_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: SessionTerm<'_>,
+    ) -> Result<Attempt<LockGrant>, StoreError> {
+        let wait_left = Checked::wait_left_ms(self.deadline);
+        self.locks
+            .try_acquire_in(
+                &self.name.key,
+                &self.holder,
+                lease_ms,
+                wait_left,
+                attempt,
+                Some(session),
+            )
+            .await
     }
 }
 
@@ -649,8 +673,10 @@ macro_rules! lock_routes {
                         (String = "text/event-stream", example = $stream),
                     ),
                     headers(("Location" = String, description = "…/{name}/holders/{holder}"))),
-                (status = 409, description = $conflict, body = Problem, content_type = "application/problem+json",
-                    examples(("lock-held" = (value = json!(examples::$conflict_example()))))),
+                (status = 409, description = concat!($conflict, " Or the holder holds this lock in another \
+                    session, or without one while this request names one (or the reverse): \
+                    `session-mismatch`, nothing changed."), body = Problem, content_type = "application/problem+json",
+                    examples(("lock-held" = (value = json!(examples::$conflict_example()))), ("session-mismatch" = (value = json!(examples::session_mismatch()))))),
                 NoSessionErrors,
                 AcquireErrors,
             )

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use crate::coord::locks::LockGrant;
 use crate::coord::multilocks::MultiLocks;
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
 use crate::error::{ApiError, Problem};
 use crate::http::access::Scope;
 use crate::http::extract::{ApiJson, Millis, check_holder, check_name, renewal_lease};
@@ -55,7 +55,11 @@ pub struct MultiAcquireRequest {
     pub wait_ms: Option<Millis>,
     /// A session id (`POST /sessions`), in place of `lease_ms`: every lock
     /// of the set is held as long as the session (each lock counts as one
-    /// of its holds). 404 `not-found` when the session does not exist.
+    /// of its holds); the grant's `lease_ms` is what they have left of the
+    /// session's TTL. 404 `not-found` when the session does not exist; 409
+    /// `session-mismatch` when this holder holds a lock of the set without
+    /// a session or in another one (and, without `session`, when it holds
+    /// one in a session).
     #[schema(
         example = "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f",
         pattern = "^[A-Za-z0-9._~:-]{1,128}$"
@@ -73,7 +77,8 @@ pub struct MultiHeartbeatRequest {
     #[schema(example = "worker-1", pattern = "^[A-Za-z0-9._~:-]{1,128}$")]
     pub holder: String,
     /// New lease in ms for every lock of the set. Omit it to renew each
-    /// lock for the lease it has.
+    /// lock for the lease it has. A lock held in a session is renewed no
+    /// further than the session's remaining TTL.
     #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
     pub lease_ms: Option<Millis>,
 }
@@ -275,6 +280,17 @@ impl Held for MultiAcquisition {
             })
             .collect()
     }
+
+    async fn attempt_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: SessionTerm<'_>,
+    ) -> Result<Attempt<Vec<LockGrant>>, StoreError> {
+        self.multilocks
+            .try_acquire_in(&self.keys, &self.holder, lease_ms, attempt, Some(session))
+            .await
+    }
 }
 
 /// 409 `lock-held` of a set: which of its locks are held by others.
@@ -307,9 +323,11 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"bloc
             `timeout` or `error`.",
             content((MultiGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE)))),
         (status = 409, description = "Some locks are held by others (`lock-held`): `blocked_by` names them, \
-            `retry_after_ms` is the longest of their remaining leases; nothing was taken",
+            `retry_after_ms` is the longest of their remaining leases; nothing was taken. Or the holder \
+            holds a lock of the set in another session, or without one while this request names one (or \
+            the reverse): `session-mismatch`, nothing taken",
             body = Problem, content_type = "application/problem+json",
-            examples(("lock-held" = (value = json!(examples::set_held()))))),
+            examples(("lock-held" = (value = json!(examples::set_held()))), ("session-mismatch" = (value = json!(examples::session_mismatch()))))),
         NoSessionErrors,
         AcquireErrors,
     )

@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 
 use crate::coord::redlock::{RedGrant, RedLocks, RedState};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
 use crate::error::{ApiError, Problem};
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{ApiJson, ApiPath, renewal_lease};
@@ -204,6 +204,23 @@ impl Held for RedlockAcquisition {
             holder: self.holder.clone(),
         }]
     }
+
+    async fn attempt_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: SessionTerm<'_>,
+    ) -> Result<Attempt<RedGrant>, StoreError> {
+        self.redlocks
+            .try_acquire_in(
+                &self.name.key,
+                &self.holder,
+                lease_ms,
+                attempt,
+                Some(session),
+            )
+            .await
+    }
 }
 
 /// 409 `lock-held` of a RedLock: no quorum of the nodes is free.
@@ -237,9 +254,11 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
             content((RedlockGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/redlocks/{name}/holders/{holder}"))),
         (status = 409, description = "Held by another holder on enough nodes that no quorum is free \
-            (`lock-held`), with `retry_after_ms`: when enough of those holds end for a quorum",
+            (`lock-held`), with `retry_after_ms`: when enough of those holds end for a quorum. Or the \
+            holder holds it in another session, or without one while this request names one (or the \
+            reverse): `session-mismatch`, nothing taken",
             body = Problem, content_type = "application/problem+json",
-            examples(("lock-held" = (value = json!(examples::held_on_quorum()))))),
+            examples(("lock-held" = (value = json!(examples::held_on_quorum()))), ("session-mismatch" = (value = json!(examples::session_mismatch()))))),
         NoSessionErrors,
         QuorumAcquireErrors,
     )

@@ -149,6 +149,10 @@ pub mod examples {
         problem(ApiError::no_such_session())
     }
 
+    pub fn session_mismatch() -> Problem {
+        problem(ApiError::session_mismatch())
+    }
+
     pub fn session_not_found() -> Problem {
         problem(ApiError::not_found(sessions::NO_SUCH_SESSION))
     }

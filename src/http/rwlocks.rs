@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
 use crate::http::access::ScopedName;
 use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, QUEUED};
 use crate::http::longpoll::Acquisition;
@@ -217,6 +217,25 @@ impl Held for RwAcquisition {
             holder: self.holder.clone(),
         }]
     }
+
+    async fn attempt_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: SessionTerm<'_>,
+    ) -> Result<Attempt<RwGrant>, StoreError> {
+        let lease = (lease_ms, Checked::wait_left_ms(self.deadline));
+        self.rwlocks
+            .try_acquire_in(
+                &self.name.key,
+                &self.holder,
+                self.mode,
+                lease,
+                attempt,
+                Some(session),
+            )
+            .await
+    }
 }
 
 async fn acquire(
@@ -259,8 +278,10 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
             `acquired`, `timeout` or `error`.",
             content((RwGrantBody = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/rwlocks/{name}/holders/{holder}"))),
-        (status = 409, description = "A writer holds the rwlock or is queued ahead (`lock-held`), with `retry_after_ms`", body = Problem, content_type = "application/problem+json",
-            examples(("lock-held" = (value = json!(examples::lock_held()))))),
+        (status = 409, description = "A writer holds the rwlock or is queued ahead (`lock-held`), with `retry_after_ms`; \
+            or this holder holds the rwlock in another session, or without one while this request names one \
+            (or the reverse): `session-mismatch`, nothing changed", body = Problem, content_type = "application/problem+json",
+            examples(("lock-held" = (value = json!(examples::lock_held()))), ("session-mismatch" = (value = json!(examples::session_mismatch()))))),
         NoSessionErrors,
         AcquireErrors,
     )
@@ -295,8 +316,10 @@ pub async fn acquire_read(
             content((RwGrantBody = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/rwlocks/{name}/holders/{holder}"))),
         (status = 409, description = "Held by others or others queued ahead (`lock-held`, with `retry_after_ms`), \
-            or this holder reads together with other readers (`upgrade-would-deadlock`)", body = Problem, content_type = "application/problem+json",
-            examples(("lock-held" = (value = json!(examples::lock_held()))), ("upgrade-would-deadlock" = (value = json!(examples::upgrade_would_deadlock()))))),
+            or this holder reads together with other readers (`upgrade-would-deadlock`), or holds the rwlock \
+            in another session, or without one while this request names one (or the reverse): \
+            `session-mismatch`, nothing changed", body = Problem, content_type = "application/problem+json",
+            examples(("lock-held" = (value = json!(examples::lock_held()))), ("upgrade-would-deadlock" = (value = json!(examples::upgrade_would_deadlock()))), ("session-mismatch" = (value = json!(examples::session_mismatch()))))),
         NoSessionErrors,
         AcquireErrors,
     )

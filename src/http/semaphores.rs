@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
 use crate::error::ProblemType;
 use crate::http::access::ScopedName;
 use crate::http::extract::Millis;
@@ -91,7 +91,11 @@ pub struct SemaphoreAcquireRequest {
     pub wait_ms: Option<Millis>,
     /// A session id (`POST /sessions`), in place of `lease_ms`: the permits
     /// are held as long as the session, renewed by its heartbeats and given
-    /// back when it ends. 404 `not-found` when the session does not exist.
+    /// back when it ends; the grant's `lease_ms` is what they have left of
+    /// the session's TTL. 404 `not-found` when the session does not exist;
+    /// 409 `session-mismatch` when this holder holds permits without a
+    /// session or in another one (and, without `session`, when it holds
+    /// them in one).
     #[schema(
         example = "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f",
         pattern = "^[A-Za-z0-9._~:-]{1,128}$"
@@ -246,6 +250,25 @@ impl Held for SemAcquisition {
             holder: self.holder.clone(),
         }]
     }
+
+    async fn attempt_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: SessionTerm<'_>,
+    ) -> Result<Attempt<SemGrant>, StoreError> {
+        let lease = (lease_ms, Checked::wait_left_ms(self.deadline));
+        self.semaphores
+            .try_acquire_in(
+                &self.name.key,
+                &self.holder,
+                self.permits,
+                lease,
+                attempt,
+                Some(session),
+            )
+            .await
+    }
 }
 
 /// Set the number of permits (creating the semaphore).
@@ -310,9 +333,11 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"posi
             was deleted or never existed", body = Problem, content_type = "application/problem+json",
             examples(("not-found" = (value = json!(examples::not_found()))))),
         (status = 409, description = "Not enough permits, or waiters queued ahead (`no-permits`), with \
-            `available`, `retry_after_ms` and `position`. A try (`wait_ms` 0) takes no place in the queue; \
-            a long-poll keeps its place for the queue grace after it ends", body = Problem, content_type = "application/problem+json",
-            examples(("no-permits" = (value = json!(examples::no_permits()))))),
+            `available`, `retry_after_ms` and `position` (a try, `wait_ms` 0, takes no place in the queue; \
+            a long-poll keeps its place for the queue grace after it ends); or this holder holds permits in \
+            another session, or without one while this request names one (or the reverse): \
+            `session-mismatch`, nothing changed", body = Problem, content_type = "application/problem+json",
+            examples(("no-permits" = (value = json!(examples::no_permits()))), ("session-mismatch" = (value = json!(examples::session_mismatch()))))),
         AcquireErrors,
     )
 )]

@@ -1,8 +1,8 @@
 //! `/sessions/...`: sessions (Consul sessions, etcd leases) that holds of
 //! every primitive attach to (README: "Sessions"), and what an acquire in
 //! a session adds to any primitive's acquire: [`respond`] wraps its
-//! [`Acquisition`] in [`InSession`], whose try attaches the hold it grants
-//! to the session before the grant is answered.
+//! [`Acquisition`] in [`InSession`], whose try takes the hold in the
+//! session and attaches it to the session before the grant is answered.
 //!
 //! A session id is a capability like a holder id: server-made (128 random
 //! bits), shown only to the request that created it, never logged (routes
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::sessions::{Hold, Renewed, Sessions};
-use crate::coord::{Attempt, AttemptId, Blocked, Refusal};
+use crate::coord::{Attempt, AttemptId, Blocked, Refusal, SessionTerm};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
@@ -79,9 +79,10 @@ pub struct SessionGrant {
     /// How often to send a heartbeat (ttl_ms / 3).
     pub heartbeat_interval_ms: u64,
     /// The holds attached and renewed (0 at creation; a multi-lock counts
-    /// one per lock). Holds released by their holders are no longer
-    /// counted; a client that counts its holds sees here whether one was
-    /// lost (after a heartbeat that failed, for instance).
+    /// one per lock). Holds released by their holders (or taken again
+    /// outside the session) are no longer counted; a client that counts
+    /// its holds sees here whether one was lost (after a heartbeat that
+    /// failed, for instance).
     pub holds: u64,
 }
 
@@ -117,8 +118,8 @@ pub struct SessionStatus {
 #[schema(example = json!({"released": 5}))]
 pub struct SessionReleased {
     /// Holds released (each with all its reentrant holds; a multi-lock
-    /// counts one per lock); holds already released or expired are not
-    /// counted.
+    /// counts one per lock); holds already released or expired, or taken
+    /// again outside the session, are not counted (nor released).
     pub released: u64,
 }
 
@@ -129,21 +130,22 @@ pub fn scoped(name: &ScopedName, id: String) -> Result<ScopedName, ApiError> {
     Ok(name.sibling(id))
 }
 
-/// The lease of a hold acquired in `session`: the session's TTL, or 404
-/// `not-found` when it does not exist.
-pub async fn lease_in(state: &AppState, session: &ScopedName) -> Result<u64, ApiError> {
-    state
-        .sessions
-        .ttl(&session.key)
-        .await?
-        .ok_or_else(ApiError::no_such_session)
-}
-
-/// An acquire's [`Acquisition`] that knows the holds its grant makes, so
-/// that they can be attached to a session.
+/// An acquire's [`Acquisition`] that can also take its hold in a session,
+/// and knows the holds its grant makes, so that they can be attached to
+/// the session.
 pub trait Held: Acquisition {
     /// The holds a grant of this request makes (a multi-lock: one per lock).
     fn holds(&self) -> Vec<Hold>;
+
+    /// One try, as [`Acquisition::attempt`], in `session`: with
+    /// `lease_ms` (the session's remaining TTL) as the lease, recording
+    /// the session (at the version that TTL comes from) in the hold.
+    fn attempt_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: SessionTerm<'_>,
+    ) -> impl Future<Output = Result<Attempt<Self::Grant>, StoreError>> + Send;
 }
 
 /// Answers an acquire (`longpoll::respond`), in `session` when it names one.
@@ -167,10 +169,12 @@ pub async fn respond<A: Held>(
     }
 }
 
-/// An acquire in a session: the inner acquisition's try, then, when it
-/// grants, the grant's holds attached to the session with their leases
-/// set to its remaining TTL (see `Sessions::attach`). A session that ended
-/// meanwhile gets the grant given back and the request refused (404).
+/// An acquire in a session: each try reads the session's remaining TTL
+/// and version (`Sessions::terms`, 404 when there is no such session),
+/// takes the hold in the session with that TTL as its lease, then attaches
+/// it to the session (see `Sessions::attach`). A session that ended
+/// meanwhile gets the grant given back and the request refused (404). All
+/// of it is one try, bounded by the request's deadline as every try is.
 #[derive(Clone)]
 pub struct InSession<A> {
     inner: A,
@@ -184,6 +188,40 @@ impl<A: Held> InSession<A> {
     async fn give_back(&self, attempt: &AttemptId) {
         if self.inner.undo(attempt).await.is_err() {
             longpoll::give_back(self.inner.clone(), attempt.clone());
+        }
+    }
+
+    /// Reads the session's remaining TTL and version, takes the hold in
+    /// the session with that TTL as its lease, and attaches it.
+    async fn try_in_session(
+        &self,
+        attempt: &AttemptId,
+    ) -> Result<Attempt<(A::Grant, u64)>, StoreError> {
+        let id = self.session.key.as_str();
+        let Some(terms) = self.sessions.terms(id).await? else {
+            return Ok(Attempt::Refused(Refusal::NoSession));
+        };
+        let term = SessionTerm {
+            id,
+            version: terms.version,
+        };
+        let lease = terms.remaining_ms.max(1);
+        let grant = match self.inner.attempt_in(attempt, lease, term).await? {
+            Attempt::Granted(grant) => grant,
+            Attempt::Blocked(blocked) => return Ok(Attempt::Blocked(blocked)),
+            Attempt::Refused(refusal) => return Ok(Attempt::Refused(refusal)),
+        };
+        let holds = self.inner.holds();
+        match self.sessions.attach(id, &holds, terms.version).await {
+            Ok(Some(left_ms)) => Ok(Attempt::Granted((grant, left_ms))),
+            Ok(None) => {
+                self.give_back(attempt).await;
+                Ok(Attempt::Refused(Refusal::NoSession))
+            }
+            Err(e) => {
+                self.give_back(attempt).await;
+                Err(e)
+            }
         }
     }
 }
@@ -208,24 +246,14 @@ impl<A: Held> Acquisition for InSession<A> {
         self.inner.mode()
     }
 
+    /// The try in the session: a few Redis calls, bounded as a whole by
+    /// what one call may take (as a try without a session is), whatever
+    /// the request's deadline; a try cut short is given back.
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<Self::Grant>, StoreError> {
-        let grant = match self.inner.attempt(attempt).await? {
-            Attempt::Granted(grant) => grant,
-            Attempt::Blocked(blocked) => return Ok(Attempt::Blocked(blocked)),
-            Attempt::Refused(refusal) => return Ok(Attempt::Refused(refusal)),
-        };
-        let holds = self.inner.holds();
-        match self.sessions.attach(&self.session.key, &holds).await {
-            Ok(Some(expires_in_ms)) => Ok(Attempt::Granted((grant, expires_in_ms))),
-            Ok(None) => {
-                self.give_back(attempt).await;
-                Ok(Attempt::Refused(Refusal::NoSession))
-            }
-            Err(e) => {
-                self.give_back(attempt).await;
-                Err(e)
-            }
-        }
+        let budget = self.sessions.response_timeout();
+        tokio::time::timeout(budget, self.try_in_session(attempt))
+            .await
+            .unwrap_or_else(|_| Err(StoreError::timeout()))
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
@@ -252,15 +280,20 @@ impl<A: Held> Acquisition for InSession<A> {
         self.inner.waiting(blocked)
     }
 
-    /// The inner grant, expiring with the session.
+    /// The inner grant, with what the hold really has left (it ends with
+    /// the session) as its lease.
     fn grant_body<'a>(&'a self, grant: &'a Self::Grant) -> impl Serialize + 'a {
         self.grant_json(grant)
     }
 
-    fn grant_json(&self, (grant, expires_in_ms): &Self::Grant) -> Value {
+    fn grant_json(&self, (grant, left_ms): &Self::Grant) -> Value {
         let mut json = self.inner.grant_json(grant);
-        let inner = json["expires_in_ms"].as_u64().unwrap_or(u64::MAX);
-        json["expires_in_ms"] = json!(inner.min(*expires_in_ms));
+        json["lease_ms"] = json!(left_ms);
+        json["expires_in_ms"] = json!(left_ms);
+        json["heartbeat_interval_ms"] = json!(left_ms / 3);
+        if let Some(validity) = json["validity_ms"].as_u64() {
+            json["validity_ms"] = json!(validity.min(*left_ms));
+        }
         json
     }
 
@@ -274,7 +307,10 @@ impl<A: Held> Acquisition for InSession<A> {
 /// Acquire in it by naming it as `session` (in place of `lease_ms`) in the
 /// body of any acquire: the hold then lives as long as the session. One
 /// heartbeat of the session renews every hold attached to it; when it
-/// expires or is deleted, every hold is released and its waiters woken.
+/// expires or is deleted, every hold is released and its waiters woken. A
+/// session renews and releases only the holds acquired in it: a holder id
+/// may hold an object in a session or outside it, not both at once (409
+/// `session-mismatch`).
 #[utoipa::path(
     post,
     path = "/sessions",
@@ -308,10 +344,11 @@ pub async fn create(
 /// Renew the session and every hold attached to it.
 ///
 /// The session's TTL becomes `ttl_ms` when given; every attached hold's
-/// lease becomes the session's TTL. Holds released or expired meanwhile
-/// are forgotten: `holds` counts the ones renewed. A 503 (or no answer)
-/// means some hold may not have been renewed although the session was:
-/// send the heartbeat again at once.
+/// lease becomes the session's TTL (a shorter one wakes the holds'
+/// waiters). Holds released or expired meanwhile, or taken again without
+/// the session, are forgotten: `holds` counts the ones renewed. A 503 (or
+/// no answer) means some hold may not have been renewed although the
+/// session was: send the heartbeat again at once.
 #[utoipa::path(
     post,
     path = "/sessions/{id}/heartbeat",

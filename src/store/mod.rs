@@ -378,6 +378,11 @@ impl Store {
         format!("{}*", self.inner.prefix)
     }
 
+    /// How long one call may take from its start (the response timeout).
+    pub fn response_timeout(&self) -> Duration {
+        self.inner.response_timeout
+    }
+
     /// When a call starting now must have its answer.
     fn deadline(&self) -> Instant {
         Instant::now() + self.inner.response_timeout

@@ -112,7 +112,8 @@ macro_rules! scripts {
 // so plain locks, fair locks and multi-locks (`multi`) share every body;
 // fair locks, read-write locks and semaphores share the queue of waiters
 // (`queue`); every rwlock script starts from `rw`, every semaphore script
-// from `sem`, each followed by what both do before they read
+// from `sem`, each after the session fields of their holders' holds
+// (`hold_session`) and followed by what both do before they read
 // (`queue_refresh`); the scripts that honour an `Idempotency-Key` start
 // from its record's helpers (`idempotency`). A queued primitive's DELETE of
 // a holder (`*_leave`) is its release script with one file before the
@@ -128,27 +129,28 @@ scripts! {
     FAIR_UNDO => "fair_undo" = ["queue", "lock_fair", "lock", "lock_undo"],
     FAIR_RELEASE => "fair_release" = ["queue", "lock_fair", "lock", "lock_release"],
     FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["queue", "lock_fair", "lock", "lock_force_unlock"],
+    FAIR_HEARTBEAT => "fair_heartbeat" = ["queue", "lock_fair", "lock", "lock_heartbeat"],
     FAIR_LEAVE => "fair_leave" = ["queue", "lock_fair", "lock", "fair_leave", "lock_release"],
     MULTI_ACQUIRE => "multi_acquire" = ["lock_plain", "lock", "multi", "multi_acquire"],
     MULTI_UNDO => "multi_undo" = ["lock_plain", "lock", "multi", "multi_undo"],
     MULTI_HEARTBEAT => "multi_heartbeat" = ["lock_plain", "lock", "multi", "multi_heartbeat"],
     MULTI_RELEASE => "multi_release" = ["lock_plain", "lock", "multi", "multi_release"],
     QUEUE_LEAVE => "queue_leave" = ["queue", "queue_leave"],
-    RW_ACQUIRE => "rw_acquire" = ["queue", "rw", "queue_refresh", "rw_acquire"],
-    RW_UNDO => "rw_undo" = ["queue", "rw", "queue_refresh", "rw_undo"],
-    RW_HEARTBEAT => "rw_heartbeat" = ["queue", "rw", "queue_refresh", "rw_heartbeat"],
-    RW_RELEASE => "rw_release" = ["queue", "rw", "queue_refresh", "rw_release"],
-    RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "rw", "queue_refresh", "rw_force_unlock"],
-    RW_LEAVE => "rw_leave" = ["queue", "rw", "queue_refresh", "rw_leave", "rw_release"],
-    RW_STATE => "rw_state" = ["queue", "rw", "queue_refresh", "rw_state"],
-    SEM_SET => "sem_set" = ["queue", "sem", "queue_refresh", "sem_set"],
-    SEM_ACQUIRE => "sem_acquire" = ["queue", "sem", "queue_refresh", "sem_acquire"],
-    SEM_UNDO => "sem_undo" = ["queue", "sem", "queue_refresh", "sem_undo"],
-    SEM_HEARTBEAT => "sem_heartbeat" = ["queue", "sem", "queue_refresh", "sem_heartbeat"],
-    SEM_RELEASE => "sem_release" = ["queue", "sem", "queue_refresh", "sem_release"],
-    SEM_LEAVE => "sem_leave" = ["queue", "sem", "queue_refresh", "sem_leave", "sem_release"],
-    SEM_STATE => "sem_state" = ["queue", "sem", "queue_refresh", "sem_state"],
-    SEM_DELETE => "sem_delete" = ["queue", "sem", "queue_refresh", "sem_delete"],
+    RW_ACQUIRE => "rw_acquire" = ["queue", "hold_session", "rw", "queue_refresh", "rw_acquire"],
+    RW_UNDO => "rw_undo" = ["queue", "hold_session", "rw", "queue_refresh", "rw_undo"],
+    RW_HEARTBEAT => "rw_heartbeat" = ["queue", "hold_session", "rw", "queue_refresh", "rw_heartbeat"],
+    RW_RELEASE => "rw_release" = ["queue", "hold_session", "rw", "queue_refresh", "rw_release"],
+    RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "hold_session", "rw", "queue_refresh", "rw_force_unlock"],
+    RW_LEAVE => "rw_leave" = ["queue", "hold_session", "rw", "queue_refresh", "rw_leave", "rw_release"],
+    RW_STATE => "rw_state" = ["queue", "hold_session", "rw", "queue_refresh", "rw_state"],
+    SEM_SET => "sem_set" = ["queue", "hold_session", "sem", "queue_refresh", "sem_set"],
+    SEM_ACQUIRE => "sem_acquire" = ["queue", "hold_session", "sem", "queue_refresh", "sem_acquire"],
+    SEM_UNDO => "sem_undo" = ["queue", "hold_session", "sem", "queue_refresh", "sem_undo"],
+    SEM_HEARTBEAT => "sem_heartbeat" = ["queue", "hold_session", "sem", "queue_refresh", "sem_heartbeat"],
+    SEM_RELEASE => "sem_release" = ["queue", "hold_session", "sem", "queue_refresh", "sem_release"],
+    SEM_LEAVE => "sem_leave" = ["queue", "hold_session", "sem", "queue_refresh", "sem_leave", "sem_release"],
+    SEM_STATE => "sem_state" = ["queue", "hold_session", "sem", "queue_refresh", "sem_state"],
+    SEM_DELETE => "sem_delete" = ["queue", "hold_session", "sem", "queue_refresh", "sem_delete"],
     // RedLock: each runs on one RedLock node, except `redlock_wake` (main Redis).
     REDLOCK_ACQUIRE => "redlock_acquire" = ["redlock_acquire"],
     REDLOCK_FENCE => "redlock_fence" = ["redlock_fence"],

@@ -561,3 +561,78 @@ impl Drop for TestPki {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A TCP proxy in front of a Redis server that delays every byte by
+/// `delay` each way: a slower path to Redis for one app instance (point
+/// its `redis_urls` at [`DelayProxy::url`]). Dropped, it stops accepting;
+/// its connections end with their clients.
+pub struct DelayProxy {
+    port: u16,
+    accepting: JoinHandle<()>,
+}
+
+impl DelayProxy {
+    pub async fn start(upstream: u16, delay: Duration) -> DelayProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let port = listener.local_addr().expect("bound").port();
+        let accepting = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (from_client, to_client) = inbound.into_split();
+                    let (from_redis, to_redis) = outbound.into_split();
+                    tokio::join!(
+                        delayed(from_client, to_redis, delay),
+                        delayed(from_redis, to_client, delay)
+                    );
+                });
+            }
+        });
+        DelayProxy { port, accepting }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+/// Copies `from` to `to`, each chunk `delay` after it was read (the order
+/// kept, the throughput not limited).
+async fn delayed(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let read = async move {
+        let mut buffer = vec![0; 16 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buffer).await {
+            let due = tokio::time::Instant::now() + delay;
+            if tx.send((due, buffer[..n].to_vec())).is_err() {
+                return;
+            }
+        }
+    };
+    let write = async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::join!(read, write);
+}

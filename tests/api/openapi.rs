@@ -198,15 +198,25 @@ fn each_primitive_documents_the_problems_it_sends() {
             "404",
             &["not-held"],
         ),
-        ("post", "/locks/{name}/acquire", "409", &["lock-held"]),
-        ("post", "/semaphores/{name}/acquire", "409", &["no-permits"]),
+        (
+            "post",
+            "/locks/{name}/acquire",
+            "409",
+            &["lock-held", "session-mismatch"],
+        ),
+        (
+            "post",
+            "/semaphores/{name}/acquire",
+            "409",
+            &["no-permits", "session-mismatch"],
+        ),
         ("post", "/semaphores/{name}/acquire", "404", &["not-found"]),
         ("put", "/latches/{name}", "409", &["latch-exists"]),
         (
             "post",
             "/rwlocks/{name}/write/acquire",
             "409",
-            &["lock-held", "upgrade-would-deadlock"],
+            &["lock-held", "session-mismatch", "upgrade-would-deadlock"],
         ),
         (
             "post",
@@ -238,6 +248,28 @@ fn each_primitive_documents_the_problems_it_sends() {
             slugs(&doc, method, path, status),
             want,
             "{method} {path} {status}"
+        );
+    }
+}
+
+/// Every acquire that takes a `session` documents its 409
+/// `session-mismatch` (the holder holds the object outside the session, or
+/// in another one).
+#[test]
+fn every_acquire_in_a_session_documents_session_mismatch() {
+    let doc = document();
+    for path in [
+        "/locks/{name}/acquire",
+        "/fair-locks/{name}/acquire",
+        "/rwlocks/{name}/read/acquire",
+        "/rwlocks/{name}/write/acquire",
+        "/semaphores/{name}/acquire",
+        "/multilocks/acquire",
+        "/redlocks/{name}/acquire",
+    ] {
+        assert!(
+            slugs(&doc, "post", path, "409").contains("session-mismatch"),
+            "{path}"
         );
     }
 }

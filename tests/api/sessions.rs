@@ -151,11 +151,9 @@ async fn one_session_heartbeat_renews_every_hold_and_its_expiry_frees_them_all()
     let id = session(&a, ttl_ms).await;
     let grants = hold_everything(&a, &id).await;
     for grant in &grants {
-        assert_eq!(grant["lease_ms"], ttl_ms, "{grant}");
-        assert!(
-            grant["expires_in_ms"].as_u64().unwrap() <= ttl_ms,
-            "{grant}"
-        );
+        // What the hold has left of the session's TTL.
+        assert!(grant["lease_ms"].as_u64().unwrap() <= ttl_ms, "{grant}");
+        assert_eq!(grant["expires_in_ms"], grant["lease_ms"], "{grant}");
     }
     let (status, state) = get(&b, &format!("/sessions/{id}")).await;
     assert_eq!(status, 200);
@@ -694,15 +692,16 @@ async fn an_acquire_whose_session_ends_while_it_waits_takes_nothing() {
 }
 
 /// The session scripts below HTTP: a session is one hash whose TTL is the
-/// session's; attaching a hold sets the hold's own lease to the session's
-/// remaining TTL, a heartbeat renews both, and a hold gone is forgotten.
+/// session's; a hold taken in it records it and gets the session's
+/// remaining TTL as its lease, a heartbeat renews both, a renewal of an
+/// older version changes nothing, and a hold gone is forgotten.
 #[tokio::test]
 async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
-    use latchkey::coord::AttemptId;
     use latchkey::coord::locks::{LockKind, Locks};
     use latchkey::coord::rwlocks::RwLocks;
     use latchkey::coord::semaphores::Semaphores;
     use latchkey::coord::sessions::{Hold, HoldKind, Sessions};
+    use latchkey::coord::{AttemptId, SessionTerm};
     use redis::AsyncCommands;
 
     let redis = redis();
@@ -728,23 +727,45 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     assert!(pttl > 9_900 && pttl <= 10_000, "{pttl}");
 
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let terms = sessions.terms("s1").await.unwrap().expect("it exists");
+    assert!(terms.remaining_ms <= 9_750, "{terms:?}");
+    let term = SessionTerm {
+        id: "s1",
+        version: terms.version,
+    };
     locks
-        .try_acquire("k", "h", 10_000, None, &AttemptId::new())
+        .try_acquire_in(
+            "k",
+            "h",
+            terms.remaining_ms,
+            None,
+            &AttemptId::new(),
+            Some(term),
+        )
         .await
         .unwrap();
+    let recorded: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg("t:{k}:lock")
+        .arg(&["s", "sv"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded,
+        [Some("s1".to_string()), Some(terms.version.to_string())]
+    );
     let hold = Hold {
         kind: HoldKind::Lock,
         name: "k".into(),
         holder: "h".into(),
     };
-    let expires = sessions.attach("s1", std::slice::from_ref(&hold)).await;
-    let expires = expires.unwrap().expect("the session exists");
+    let left = sessions
+        .attach("s1", std::slice::from_ref(&hold), terms.version)
+        .await;
+    let left = left.unwrap().expect("the session exists");
     let session: i64 = conn.pttl("t:{s1}:session").await.unwrap();
     let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
-    assert!(
-        expires <= 9_750,
-        "the remaining TTL, not the TTL: {expires}"
-    );
+    assert!(left <= 9_750, "the remaining TTL, not the TTL: {left}");
     assert!(
         (lock - session).abs() < 50,
         "lock {lock} ms, session {session} ms"
@@ -762,6 +783,14 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     assert!(lock > 19_900, "renewed with the session: {lock}");
     let state = sessions.state("s1").await.unwrap().unwrap();
     assert_eq!((state.ttl_ms, state.holds), (20_000, 1));
+    // A renewal of an older version (a slow heartbeat) changes nothing.
+    let stale = locks.renew("k", "h", Some(1000), Some(term)).await.unwrap();
+    assert!(stale.expect("still the session's").lease_ms > 19_000);
+    let lock: i64 = conn.pttl("t:{k}:lock").await.unwrap();
+    assert!(lock > 19_000, "{lock}");
+    // A direct heartbeat renews it no further than the session.
+    let direct = locks.heartbeat("k", "h", Some(60_000)).await.unwrap();
+    assert!(direct.expect("held").lease_ms <= 20_000);
 
     assert!(locks.release("k", "h", false).await.unwrap().is_some());
     let renewed = sessions.heartbeat("s1", None).await.unwrap().unwrap();
@@ -770,9 +799,632 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     assert_eq!(fields.len(), 2, "ttl and version only: {fields:?}");
 
     assert_eq!(sessions.delete("s1").await.unwrap(), Some(0));
-    assert_eq!(sessions.attach("s1", &[hold]).await.unwrap(), None);
+    assert_eq!(sessions.attach("s1", &[hold], 0).await.unwrap(), None);
+    assert_eq!(sessions.terms("s1").await.unwrap(), None);
     assert_eq!(sessions.heartbeat("s1", None).await.unwrap(), None);
     assert_eq!(sessions.delete("s1").await.unwrap(), None);
     let exists: bool = conn.exists("t:{s1}:session").await.unwrap();
     assert!(!exists);
+}
+
+/// The acquire path and body of a hold of `kind` on `name` (a multi-lock:
+/// the set of `name`-1 and `name`-2), with `fields` added.
+fn acquire_of(kind: &str, name: &str, fields: Value) -> (String, Value) {
+    let (path, mut body) = match kind {
+        "lock" => (format!("/locks/{name}/acquire"), json!({})),
+        "fair" => (format!("/fair-locks/{name}/acquire"), json!({})),
+        "read" => (format!("/rwlocks/{name}/read/acquire"), json!({})),
+        "write" => (format!("/rwlocks/{name}/write/acquire"), json!({})),
+        "sem" => (format!("/semaphores/{name}/acquire"), json!({"permits": 1})),
+        "multi" => (
+            "/multilocks/acquire".to_string(),
+            json!({"names": [format!("{name}-1"), format!("{name}-2")]}),
+        ),
+        other => panic!("no kind {other}"),
+    };
+    for (field, value) in fields.as_object().expect("an object") {
+        body[field] = value.clone();
+    }
+    (path, body)
+}
+
+/// Every kind of hold a session takes.
+const KINDS: [&str; 6] = ["lock", "fair", "read", "write", "sem", "multi"];
+
+/// Whether the hold of `kind` on `name` (from `acquire_of`) is held by
+/// anyone, and how often (a multi-lock: its first lock).
+async fn hold_count(app: &TestApp, kind: &str, name: &str) -> u64 {
+    let state = match kind {
+        "lock" => get(app, &format!("/locks/{name}")).await.1,
+        "fair" => get(app, &format!("/fair-locks/{name}")).await.1,
+        "read" => {
+            return get(app, &format!("/rwlocks/{name}")).await.1["readers"]
+                .as_u64()
+                .unwrap();
+        }
+        "write" => {
+            let state = get(app, &format!("/rwlocks/{name}")).await.1;
+            return state["writer_hold_count"].as_u64().unwrap();
+        }
+        "sem" => {
+            return get(app, &format!("/semaphores/{name}")).await.1["holders"]
+                .as_u64()
+                .unwrap();
+        }
+        _ => get(app, &format!("/locks/{name}-1")).await.1,
+    };
+    state["hold_count"].as_u64().unwrap()
+}
+
+/// What a holder already holds outside a session cannot be acquired again
+/// in one, nor what it holds in one outside it or in another: 409
+/// `session-mismatch` with nothing changed, on every kind of hold. So a
+/// session's DELETE releases only its own holds.
+#[tokio::test]
+async fn acquiring_across_sessions_what_a_holder_holds_is_409_session_mismatch() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let (s, other) = (session(&app, 30_000).await, session(&app, 30_000).await);
+    for name in ["mm-sem-a", "mm-sem-b"] {
+        configure_semaphore(&app, name, 3).await;
+    }
+    for kind in KINDS {
+        // Held without a session (a long lease), then asked for in one.
+        let name = format!("mm-{kind}-a");
+        let (path, body) = acquire_of(kind, &name, json!({"holder": "h1", "lease_ms": 60_000}));
+        granted(&app, &path, body).await;
+        let (path, body) = acquire_of(kind, &name, json!({"holder": "h1", "session": s}));
+        let problem = assert_problem(app.post(&path, body).await, 409, "session-mismatch").await;
+        assert!(!problem.to_string().contains(&s), "{problem}");
+        assert_eq!(hold_count(&app, kind, &name).await, 1, "{kind}: unchanged");
+        // Held in the session, then asked for without it, or in another.
+        let name = format!("mm-{kind}-b");
+        let (path, body) = acquire_of(kind, &name, json!({"holder": "h2", "session": s}));
+        granted(&app, &path, body).await;
+        for fields in [
+            json!({"holder": "h2"}),
+            json!({"holder": "h2", "session": other}),
+        ] {
+            let (path, body) = acquire_of(kind, &name, fields);
+            assert_problem(app.post(&path, body).await, 409, "session-mismatch").await;
+        }
+        assert_eq!(hold_count(&app, kind, &name).await, 1, "{kind}: unchanged");
+    }
+    let deleted: Value = delete(&app, &format!("/sessions/{s}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    // One hold of each kind, a multi-lock's two locks counted apart.
+    assert_eq!(deleted, json!({"released": 7}));
+    for kind in KINDS {
+        let a = hold_count(&app, kind, &format!("mm-{kind}-a")).await;
+        let b = hold_count(&app, kind, &format!("mm-{kind}-b")).await;
+        assert_eq!(
+            (a, b),
+            (1, 0),
+            "{kind}: only the session's hold was released"
+        );
+    }
+}
+
+/// A holder takes a hold in a session, releases it directly, and takes
+/// the object again without the session (or in another one): that new
+/// hold is not the session's. Its heartbeat neither renews nor cuts it, and
+/// its DELETE does not release it.
+#[tokio::test]
+async fn a_session_never_renews_or_releases_a_later_hold_of_its_holder() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    configure_semaphore(&app, "v-sem", 2).await;
+    let (s, other) = (session(&app, 5_000).await, session(&app, 30_000).await);
+    for (kind, name, release) in [
+        ("lock", "v-lock", "/locks/v-lock/holders/w"),
+        ("read", "v-rw", "/rwlocks/v-rw/holders/w"),
+        ("sem", "v-sem", "/semaphores/v-sem/holders/w"),
+        ("write", "v-other", "/rwlocks/v-other/holders/w"),
+    ] {
+        let (path, body) = acquire_of(kind, name, json!({"holder": "w", "session": s}));
+        granted(&app, &path, body).await;
+        assert_eq!(delete(&app, release).await.status(), 200, "{name}");
+        let again = match name {
+            "v-other" => json!({"holder": "w", "session": other}),
+            _ => json!({"holder": "w", "lease_ms": 60_000}),
+        };
+        let (path, body) = acquire_of(kind, name, again);
+        granted(&app, &path, body).await;
+    }
+    let beat = app
+        .post(&format!("/sessions/{s}/heartbeat"), json!({}))
+        .await;
+    let beat: Value = beat.json().await.unwrap();
+    assert_eq!(beat["holds"], 0, "none of them is the session's: {beat}");
+    let lock = app.state("v-lock").await;
+    assert!(
+        lock["ttl_ms"].as_u64().unwrap() > 50_000,
+        "not cut to the session's TTL: {lock}"
+    );
+    let rw = get(&app, "/rwlocks/v-rw").await.1;
+    assert!(rw["ttl_ms"].as_u64().unwrap() > 50_000, "{rw}");
+    let rw = get(&app, "/rwlocks/v-other").await.1;
+    assert!(rw["ttl_ms"].as_u64().unwrap() > 25_000, "{rw}");
+    let deleted: Value = delete(&app, &format!("/sessions/{s}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(deleted, json!({"released": 0}));
+    for (kind, name) in [
+        ("lock", "v-lock"),
+        ("read", "v-rw"),
+        ("sem", "v-sem"),
+        ("write", "v-other"),
+    ] {
+        assert_eq!(
+            hold_count(&app, kind, name).await,
+            1,
+            "{name} is still held"
+        );
+    }
+}
+
+/// A direct heartbeat of a hold taken in a session renews it no further
+/// than the session's remaining TTL, with or without `lease_ms`, on every
+/// kind of hold; its answer says so. The session ends, and with it every
+/// hold.
+#[tokio::test]
+async fn a_direct_heartbeat_renews_a_session_hold_no_further_than_the_session() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    configure_semaphore(&app, "c-sem", 1).await;
+    let created = Instant::now();
+    let s = session(&app, 2000).await;
+    for kind in KINDS {
+        let (path, body) = acquire_of(
+            kind,
+            &format!("c-{kind}"),
+            json!({"holder": "w", "session": s}),
+        );
+        granted(&app, &path, body).await;
+    }
+    let beats = [
+        (
+            "/locks/c-lock/holders/w/heartbeat",
+            json!({"lease_ms": 60_000}),
+        ),
+        (
+            "/fair-locks/c-fair/holders/w/heartbeat",
+            json!({"lease_ms": 60_000}),
+        ),
+        (
+            "/rwlocks/c-read/holders/w/heartbeat",
+            json!({"lease_ms": 60_000}),
+        ),
+        ("/rwlocks/c-write/holders/w/heartbeat", json!({})),
+        (
+            "/semaphores/c-sem/holders/w/heartbeat",
+            json!({"lease_ms": 60_000}),
+        ),
+        (
+            "/multilocks/heartbeat",
+            json!({"names": ["c-multi-1", "c-multi-2"], "holder": "w", "lease_ms": 60_000}),
+        ),
+    ];
+    for (path, body) in &beats {
+        let beat = app.post(path, body.clone()).await;
+        assert_eq!(beat.status(), 200, "{path}");
+        let beat: Value = beat.json().await.unwrap();
+        for field in ["lease_ms", "expires_in_ms"] {
+            assert!(beat[field].as_u64().unwrap() <= 2000, "{path}: {beat}");
+        }
+    }
+    // Later, a heartbeat without lease_ms renews for no more than is left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = get(&app, &format!("/sessions/{s}")).await.1["expires_in_ms"]
+        .as_u64()
+        .unwrap();
+    let beat = app
+        .post("/semaphores/c-sem/holders/w/heartbeat", json!({}))
+        .await;
+    let beat: Value = beat.json().await.unwrap();
+    assert!(
+        beat["lease_ms"].as_u64().unwrap() <= left + 50,
+        "{left} ms left: {beat}"
+    );
+    tokio::time::sleep(Duration::from_millis(2800).saturating_sub(created.elapsed())).await;
+    for kind in KINDS {
+        assert_eq!(
+            hold_count(&app, kind, &format!("c-{kind}")).await,
+            0,
+            "{kind}"
+        );
+    }
+}
+
+/// Two session heartbeats overlap: one with a long TTL through an instance
+/// whose path to Redis is 100 ms slower each way, and 150 ms later one with
+/// a short TTL through the other. The later one sets the session's TTL, and
+/// the slow one's renewal, arriving last, must not give the hold its long
+/// lease: the hold ends with the session.
+#[tokio::test]
+async fn a_slow_session_heartbeat_never_outruns_a_later_one() {
+    let redis = redis();
+    let proxy = DelayProxy::start(redis.port(), Duration::from_millis(100)).await;
+    let fast = spawn_app(test_config(&redis)).await;
+    let slow = spawn_app(Config {
+        redis_connect_timeout_ms: 3000,
+        ..test_config_for(vec![proxy.url()])
+    })
+    .await;
+    let s = session(&fast, 30_000).await;
+    granted(
+        &fast,
+        "/locks/o-lock/acquire",
+        json!({"holder": "w", "session": s}),
+    )
+    .await;
+    let path = format!("/sessions/{s}/heartbeat");
+    let long = slow.spawn_post(&path, json!({"ttl_ms": 60_000}));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        fast.post(&path, json!({"ttl_ms": 1000})).await.status(),
+        200
+    );
+    assert_eq!(long.await.unwrap().status(), 200);
+    let state = get(&fast, &format!("/sessions/{s}")).await.1;
+    assert_eq!(
+        state["ttl_ms"], 1000,
+        "the later heartbeat ran last: {state}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(get(&fast, &format!("/sessions/{s}")).await.0, 404);
+    let lock = fast.state("o-lock").await;
+    assert_eq!(
+        lock["locked"], false,
+        "the hold outlived its session: {lock}"
+    );
+}
+
+/// A hold whose end comes earlier (a session heartbeat with a shorter TTL,
+/// a direct heartbeat with a shorter lease) wakes the waiters, who look
+/// again by its new end: each is granted about when the hold ends, not
+/// when the old end would have come (plain locks), nor at the queue's own
+/// re-check (fair locks, rwlocks, semaphores, whose heads would otherwise
+/// look again only after half the queue grace, 15 s here).
+#[tokio::test]
+async fn a_shortened_hold_wakes_its_waiters() {
+    let redis = redis();
+    let app = spawn_app(Config {
+        queue_grace_ms: 30_000,
+        ..test_config(&redis)
+    })
+    .await;
+    configure_semaphore(&app, "w-sem", 1).await;
+    let s = session(&app, 30_000).await;
+    let mut waiting = Vec::new();
+    for (kind, name, waiter) in [
+        ("lock", "w-lock", "/locks/w-lock/acquire"),
+        ("fair", "w-fair", "/fair-locks/w-fair/acquire"),
+        ("read", "w-rw", "/rwlocks/w-rw/write/acquire"),
+        ("sem", "w-sem", "/semaphores/w-sem/acquire"),
+    ] {
+        let (path, body) = acquire_of(kind, name, json!({"holder": "h", "session": s}));
+        granted(&app, &path, body).await;
+        waiting.push((
+            name,
+            app.spawn_post(waiter, json!({"holder": "x", "wait_ms": 8000})),
+        ));
+    }
+    // And a plain lock held without a session, renewed with a shorter lease.
+    app.must_acquire("w-own", json!({"holder": "h", "lease_ms": 30_000}))
+        .await;
+    waiting.push((
+        "w-own",
+        app.spawn_post(
+            "/locks/w-own/acquire",
+            json!({"holder": "x", "wait_ms": 8000}),
+        ),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        waiting.iter().all(|(_, w)| !w.is_finished()),
+        "everyone waits"
+    );
+    let shortened = Instant::now();
+    let beat = app
+        .post(&format!("/sessions/{s}/heartbeat"), json!({"ttl_ms": 1000}))
+        .await;
+    assert_eq!(beat.status(), 200);
+    assert_eq!(
+        app.heartbeat("w-own", "h", json!({"lease_ms": 1000}))
+            .await
+            .status(),
+        200
+    );
+    let mut late = Vec::new();
+    for (name, waiter) in waiting {
+        let answer = waiter.await.unwrap();
+        let after = shortened.elapsed();
+        if answer.status() != 201 || after > Duration::from_millis(3000) {
+            late.push(format!("{name}: {} after {after:?}", answer.status()));
+        }
+    }
+    assert!(
+        late.is_empty(),
+        "not granted soon after the hold was shortened to 1 s: {late:?}"
+    );
+}
+
+/// An acquire in a session is bounded by its own deadline while Redis
+/// stalls (`CLIENT PAUSE`), as one without a session is: with `wait_ms`
+/// 200 it answers 503 at about 0.2 s, not after the (longer) Redis
+/// response timeout.
+#[tokio::test]
+async fn a_session_acquire_answers_by_its_deadline_while_redis_stalls() {
+    let redis = redis();
+    let app = spawn_app(Config {
+        redis_response_timeout_ms: 2000,
+        ..test_config(&redis)
+    })
+    .await;
+    let s = session(&app, 30_000).await;
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for body in [
+        json!({"holder": "w", "wait_ms": 200}),
+        json!({"holder": "w", "wait_ms": 200, "session": s}),
+    ] {
+        let started = Instant::now();
+        let answer = app.acquire("d-lock", body.clone()).await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(600),
+            "{body}: answered {} after {took:?}",
+            answer.status()
+        );
+        assert_problem(answer, 503, "backend-unavailable").await;
+    }
+}
+
+/// A grant in a session shows what the hold really has left as its lease
+/// (the session's remaining TTL), not the session's full TTL; the hold's
+/// own heartbeat says the same.
+#[tokio::test]
+async fn a_grant_in_a_session_shows_the_holds_real_lease() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let s = session(&app, 3000).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let grant = granted(
+        &app,
+        "/locks/g-lock/acquire",
+        json!({"holder": "w", "session": s}),
+    )
+    .await;
+    let lease = grant["lease_ms"].as_u64().unwrap();
+    assert!(lease <= 1000, "{grant}");
+    assert_eq!(grant["expires_in_ms"], lease, "{grant}");
+    assert_eq!(grant["heartbeat_interval_ms"], lease / 3, "{grant}");
+    let beat: Value = app
+        .heartbeat("g-lock", "w", json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(beat["lease_ms"].as_u64().unwrap() <= lease, "{beat}");
+}
+
+/// What an acquire in a session costs does not grow with the session: with
+/// thousands of holds attached, it (and a read of the session) runs no
+/// command that reads the session's hash whole, as Redis's own command
+/// statistics show.
+#[tokio::test]
+async fn an_acquire_in_a_session_never_reads_all_its_holds() {
+    use redis::AsyncCommands;
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let s = session(&app, 60_000).await;
+    let mut conn = redis_conn(&redis).await;
+    let key = format!("latchkey:{{{s}}}:session");
+    let holds: Vec<(String, u64)> = (0..5000).map(|i| (format!("lock|h{i}|n{i}"), 1)).collect();
+    let _: () = conn.hset_multiple(&key, &holds).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    granted(
+        &app,
+        "/locks/x-lock/acquire",
+        json!({"holder": "w", "session": s}),
+    )
+    .await;
+    let (status, state) = get(&app, &format!("/sessions/{s}")).await;
+    assert_eq!((status, state["holds"].clone()), (200, json!(5001)));
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for whole in ["hgetall", "hkeys", "hvals", "hscan"] {
+        assert!(
+            !stats.contains(&format!("cmdstat_{whole}:")),
+            "{whole} ran:\n{stats}"
+        );
+    }
+}
+
+/// RedLock holds keep to their session too: no mixing with a hold of the
+/// same holder outside it, a session's DELETE leaves other holds alone,
+/// and a direct heartbeat renews a session hold no further than the
+/// session, on every node.
+#[tokio::test]
+async fn redlock_holds_keep_to_their_session() {
+    let main = redis();
+    let nodes: Vec<RedisServer> = (0..3).map(|_| redis()).collect();
+    let app = spawn_app(Config {
+        redlock_nodes: nodes.iter().map(RedisServer::url).collect(),
+        ..test_config(&main)
+    })
+    .await;
+    let created = Instant::now();
+    let s = session(&app, 2000).await;
+    let acquire = |name: &str| format!("/redlocks/{name}/acquire");
+    granted(
+        &app,
+        &acquire("k-out"),
+        json!({"holder": "h", "lease_ms": 60_000}),
+    )
+    .await;
+    let mismatch = app
+        .post(&acquire("k-out"), json!({"holder": "h", "session": s}))
+        .await;
+    assert_problem(mismatch, 409, "session-mismatch").await;
+    granted(&app, &acquire("k-in"), json!({"holder": "h", "session": s})).await;
+    let mismatch = app.post(&acquire("k-in"), json!({"holder": "h"})).await;
+    assert_problem(mismatch, 409, "session-mismatch").await;
+    let beat = app
+        .post(
+            "/redlocks/k-in/holders/h/heartbeat",
+            json!({"lease_ms": 60_000}),
+        )
+        .await;
+    let beat: Value = beat.json().await.unwrap();
+    assert!(beat["lease_ms"].as_u64().unwrap() <= 2000, "{beat}");
+    tokio::time::sleep(Duration::from_millis(2800).saturating_sub(created.elapsed())).await;
+    assert_eq!(get(&app, "/redlocks/k-in").await.1["locked_on"], 0);
+    assert_eq!(get(&app, "/redlocks/k-out").await.1["locked_on"], 3);
+}
+
+/// Below HTTP, on each primitive that keeps holds in its own state (locks,
+/// rwlocks, semaphores): a hold taken in a session is renewed and released
+/// for that session only, a renewal of an older version than the hold
+/// applied changes nothing, a newer one may shorten it, and a direct
+/// heartbeat renews it no further than the session's end.
+#[tokio::test]
+async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
+    use latchkey::coord::locks::{LockKind, Locks};
+    use latchkey::coord::rwlocks::{Mode, RwLocks};
+    use latchkey::coord::semaphores::Semaphores;
+    use latchkey::coord::{Attempt, AttemptId, SessionTerm};
+
+    let redis = redis();
+    let store = test_store(&redis).await;
+    let (locks, rwlocks) = (
+        Locks::new(store.clone(), LockKind::Plain),
+        RwLocks::new(store.clone(), 1000),
+    );
+    let semaphores = Semaphores::new(store.clone(), 1000);
+    semaphores.set("p", 2).await.unwrap();
+    let term = |id, version| Some(SessionTerm { id, version });
+    fn granted<T>(attempt: Attempt<T>) -> bool {
+        matches!(attempt, Attempt::Granted(_))
+    }
+    let id = || AttemptId::new();
+    assert!(granted(
+        locks
+            .try_acquire_in("k", "h", 10_000, None, &id(), term("s1", 5))
+            .await
+            .unwrap()
+    ));
+    assert!(granted(
+        rwlocks
+            .try_acquire_in("r", "h", Mode::Read, (10_000, None), &id(), term("s1", 5))
+            .await
+            .unwrap()
+    ));
+    assert!(granted(
+        semaphores
+            .try_acquire_in("p", "h", 1, (10_000, None), &id(), term("s1", 5))
+            .await
+            .unwrap()
+    ));
+
+    // Another session's renewal and release find nothing of theirs.
+    let other = term("s2", 9);
+    assert!(
+        locks
+            .renew("k", "h", Some(60_000), other)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        rwlocks
+            .renew("r", "h", Some(60_000), other)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let renewed = semaphores
+        .renew("p", "h", Some(60_000), other)
+        .await
+        .unwrap();
+    assert!(renewed.is_none());
+    assert!(!locks.release_in("k", "h", "s2").await.unwrap());
+    assert!(
+        !rwlocks
+            .release_in("r", "h", Mode::Read, "s2")
+            .await
+            .unwrap()
+    );
+    assert!(!semaphores.release_in("p", "h", "s2").await.unwrap());
+
+    // An older version changes nothing; a newer one shortens.
+    let lease = |old: bool| {
+        (
+            if old { 60_000 } else { 2000 },
+            term("s1", if old { 4 } else { 6 }),
+        )
+    };
+    for old in [true, false] {
+        let (ms, t) = lease(old);
+        let lock = locks.renew("k", "h", Some(ms), t).await.unwrap().unwrap();
+        let rw = rwlocks.renew("r", "h", Some(ms), t).await.unwrap().unwrap();
+        let sem = semaphores
+            .renew("p", "h", Some(ms), t)
+            .await
+            .unwrap()
+            .unwrap();
+        let left = [lock.lease_ms, rw.lease_ms, sem.lease_ms];
+        let most = if old { 10_000 } else { 2000 };
+        assert!(
+            left.iter().all(|l| *l <= most && *l > most - 500),
+            "{old}: {left:?}"
+        );
+    }
+    // A direct heartbeat renews no further than the session's end.
+    let lock = locks
+        .heartbeat("k", "h", Some(60_000))
+        .await
+        .unwrap()
+        .unwrap();
+    let rw = rwlocks.heartbeat("r", "h", None).await.unwrap().unwrap();
+    let sem = semaphores
+        .heartbeat("p", "h", Some(60_000))
+        .await
+        .unwrap()
+        .unwrap();
+    for left in [lock.lease_ms, rw.lease_ms, sem.lease_ms] {
+        assert!(left <= 2000, "{left}");
+    }
+
+    // The session's own release.
+    assert!(locks.release_in("k", "h", "s1").await.unwrap());
+    assert!(
+        rwlocks
+            .release_in("r", "h", Mode::Read, "s1")
+            .await
+            .unwrap()
+    );
+    assert!(semaphores.release_in("p", "h", "s1").await.unwrap());
+    assert!(!locks.state("k").await.unwrap().locked);
+    assert_eq!(rwlocks.state("r").await.unwrap().readers, 0);
+    assert_eq!(semaphores.state("p").await.unwrap().unwrap().available, 2);
 }

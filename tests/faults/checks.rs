@@ -146,6 +146,49 @@ pub struct RateLimit {
     pub burst: u64,
 }
 
+/// How a session heartbeat was answered, as its client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeatOutcome {
+    /// 200, every hold of the session renewed.
+    Renewed,
+    /// 200 with fewer holds: it ran, and some hold was lost.
+    Partial,
+    /// 404: the session was gone; it did not run.
+    Gone,
+    /// No answer, or 503: it may have run (and changed the TTL).
+    Unknown,
+}
+
+/// One session heartbeat: when it was sent, the TTL it set, its outcome.
+#[derive(Debug, Clone, Copy)]
+pub struct Beat {
+    pub sent: f64,
+    pub ttl_ms: f64,
+    pub outcome: BeatOutcome,
+}
+
+/// Until when a session's holds are certainly valid after a round of
+/// heartbeats sent at once (through several instances, each maybe with its
+/// own TTL), given `before`, what was certain until then. Any beat that may
+/// have run may have been the last (its TTL then is the session's, shorter
+/// or longer), so the holds certainly last until the earliest `sent + ttl`
+/// among them. A round with a beat that renewed every hold proves the
+/// session and its holds alive when it ran, so that bound stands on its
+/// own (it may lie past `before`); otherwise the round can only have cut
+/// the validity short.
+pub fn session_valid_until(before: f64, beats: &[Beat]) -> f64 {
+    let ends = beats
+        .iter()
+        .filter(|b| b.outcome != BeatOutcome::Gone)
+        .map(|b| b.sent + b.ttl_ms)
+        .fold(f64::INFINITY, f64::min);
+    if beats.iter().any(|b| b.outcome == BeatOutcome::Renewed) {
+        ends
+    } else {
+        before.min(ends)
+    }
+}
+
 fn overlap(a: &Hold, b: &Hold) -> bool {
     a.granted < b.valid_until && b.granted < a.valid_until
 }
@@ -479,6 +522,60 @@ mod planted {
         planted.push(after("s", Mode::Permits(2), 900.0));
         assert_eq!(exclusive_holds(&planted).len(), 1);
         assert_eq!(permits_within(&planted, 2).len(), 1);
+    }
+
+    /// A session whose TTL is cut short by one of two heartbeats sent at
+    /// once through two instances: its holds are certainly valid only
+    /// until the shorter TTL runs out from that heartbeat's sending, so
+    /// another holder granted after that is no violation (though the
+    /// longer TTL would still run), and one granted before it is.
+    #[test]
+    fn a_shortened_sessions_hold_overlapping_another_holders_is_reported() {
+        let beat = |sent: f64, ttl_ms: f64, outcome: BeatOutcome| Beat {
+            sent,
+            ttl_ms,
+            outcome,
+        };
+        // Created at 0 with a TTL of 1000; at 300 and 310 two heartbeats
+        // at once, one keeping a long TTL, one cutting it to 400.
+        let overlapping = [
+            beat(300.0, 1500.0, BeatOutcome::Renewed),
+            beat(310.0, 400.0, BeatOutcome::Renewed),
+        ];
+        let until = session_valid_until(1000.0, &overlapping);
+        assert_eq!(until, 710.0);
+        // A later round renews again: the bound stands on its own.
+        assert_eq!(
+            session_valid_until(until, &[beat(600.0, 1500.0, BeatOutcome::Renewed)]),
+            2100.0
+        );
+        // A round that failed may still have cut the TTL, never extended it.
+        let failed = [
+            beat(600.0, 300.0, BeatOutcome::Unknown),
+            beat(600.0, 1500.0, BeatOutcome::Gone),
+        ];
+        assert_eq!(session_valid_until(until, &failed), 710.0);
+        assert_eq!(session_valid_until(2000.0, &failed), 900.0);
+
+        let in_session = Hold {
+            object: "x".into(),
+            ..hold("f-sess-1", Mode::Exclusive, 1, 0.0, 5.0, until)
+        };
+        let other = |granted: f64| {
+            hold(
+                "other",
+                Mode::Exclusive,
+                2,
+                granted - 10.0,
+                granted,
+                granted + 500.0,
+            )
+        };
+        let clean = [in_session.clone(), other(750.0)];
+        assert_eq!(exclusive_holds(&clean), Vec::<String>::new());
+        assert_eq!(fencing_order(&clean), Vec::<String>::new());
+        let planted = [in_session, other(650.0)];
+        assert_eq!(exclusive_holds(&planted).len(), 1);
     }
 
     #[test]

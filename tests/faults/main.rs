@@ -326,6 +326,10 @@ async fn judge(
         "fair waiters queued behind others: {queued}; latch waits open when their latch opened: {opened_while_waiting}; idle probes: {} ({refused} refused)",
         record.idle_probes.len()
     );
+    let [rounds, overlapping, new_ttl] = record.beat_rounds;
+    eprintln!(
+        "session heartbeat rounds: {rounds} ({overlapping} through two instances at once, {new_ttl} setting a new TTL)"
+    );
     eprintln!("client-side failures (reported, not judged): {failures:?}");
 
     let mut all = Vec::new();
@@ -445,6 +449,8 @@ async fn fault_injection_every_primitive() {
             && !record.rates.is_empty()
             && across_stalls > 0
             && !record.idle_probes.is_empty()
+            && record.beat_rounds[1] > 0
+            && record.beat_rounds[2] > 0
     );
     assert!(
         all.is_empty(),

@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::checks::{
-    Busy, Call, FairWaiter, FencedWrite, Hold, IdleProbe, LatchRound, Mode, PermitsBack, RateGrant,
-    RateLimit,
+    Beat, BeatOutcome, Busy, Call, FairWaiter, FencedWrite, Hold, IdleProbe, LatchRound, Mode,
+    PermitsBack, RateGrant, RateLimit, session_valid_until,
 };
 
 /// A small deterministic generator (xorshift64*), one per client, seeded
@@ -62,6 +62,9 @@ pub struct Record {
     pub idle_busy: Vec<Busy>,
     /// The idle probers' tries.
     pub idle_probes: Vec<IdleProbe>,
+    /// Rounds of session heartbeats: all, those through two instances at
+    /// once, and those that set a new TTL.
+    pub beat_rounds: [u64; 3],
     /// Client-side failures (no answer, or an answer the client did not
     /// expect), by kind: reported, not judged.
     pub failures: HashMap<String, u64>,
@@ -140,7 +143,21 @@ impl Ctx {
         wait_ms: u64,
         idempotency_key: Option<&str>,
     ) -> Answer {
-        let url = &self.urls[rng.range(0, self.urls.len() as u64) as usize];
+        let instance = rng.range(0, self.urls.len() as u64) as usize;
+        (self.call_on(instance, method, path, body, wait_ms, idempotency_key)).await
+    }
+
+    /// One request through instance `instance`, recorded as a [`Call`].
+    pub async fn call_on(
+        &self,
+        instance: usize,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        wait_ms: u64,
+        idempotency_key: Option<&str>,
+    ) -> Answer {
+        let url = &self.urls[instance];
         let mut request = self
             .client
             .request(method.clone(), format!("{url}{path}"))
@@ -287,23 +304,25 @@ fn certain_ms(kind: &Kind, body: &Value, lease_ms: u64) -> f64 {
     }
 }
 
-/// What a hold's lease is: its own, or its session's.
+/// What a hold's lease is: its own, or its session's (and the most one
+/// poll in it may wait, so that the session is renewed between polls).
 #[derive(Clone, Copy)]
 enum Lease<'a> {
     Own(u64),
-    Session(&'a str),
+    Session(&'a str, u64),
 }
 
-/// Acquires (polling until granted, the run stops, or `polls` run out) and,
-/// for a fair lock, records the waiter's place. Returns the grant's answer
-/// and when the holder first asked.
+/// Acquires (polling until granted, the run stops, or the polls run out:
+/// 20 with a lease of its own, one in a session) and, for a fair lock,
+/// records the waiter's place. Returns the grant's answer and when the
+/// holder first asked.
 ///
 /// On the queued primitives (fair locks, rwlocks, semaphores) some polls
-/// are tries (`wait_ms` 0), which take no place and keep none: a waiter's
-/// place dates from its first long-poll (or from a try that may have
-/// granted), and only a long-poll's 409 renews it. A client that gives up
-/// with a place usually leaves the queue with a DELETE (else its place
-/// lapses after the grace).
+/// with a lease of their own are tries (`wait_ms` 0), which take no place
+/// and keep none: a waiter's place dates from its first long-poll (or from
+/// a try that may have granted), and only a long-poll's 409 renews it. A
+/// client that gives up with a place usually leaves the queue with a
+/// DELETE (else its place lapses after the grace).
 async fn acquire(
     ctx: &Ctx,
     rng: &mut Rng,
@@ -335,18 +354,24 @@ async fn acquire(
     // Whether a request may have left a place or a hold behind.
     let mut left_something = false;
     let mut result = None;
-    for _ in 0..20 {
+    let polls = if matches!(lease, Lease::Own(_)) {
+        20
+    } else {
+        1
+    };
+    for _ in 0..polls {
         if ctx.stopping() {
             break;
         }
-        let wait_ms = match queued && rng.chance(25) {
-            true => 0,
-            false => rng.range(200, 2000),
+        let wait_ms = match lease {
+            Lease::Own(_) if queued && rng.chance(25) => 0,
+            Lease::Own(_) => rng.range(200, 2000),
+            Lease::Session(_, most) => rng.range(100, most.max(101)),
         };
         let mut body = json!({"holder": holder, "wait_ms": wait_ms});
         match lease {
             Lease::Own(lease_ms) => body["lease_ms"] = json!(lease_ms),
-            Lease::Session(id) => body["session"] = json!(id),
+            Lease::Session(id, _) => body["session"] = json!(id),
         }
         match kind {
             Kind::Semaphore => body["permits"] = json!(permits),
@@ -1206,14 +1231,18 @@ async fn retry(
 
 /// Holds several objects through one session, heartbeating only the
 /// session: a lock, a semaphore permit and a read hold (objects the other
-/// clients use too), each through a random instance. Every hold is
-/// certainly valid until the TTL after the last session heartbeat that
-/// renewed all of them (or the DELETE, or the session's creation);
-/// sometimes the client pauses past the TTL, or vanishes without a
-/// DELETE. Records every hold for the same checkers as the others'.
+/// clients use too), each through a random instance. Some heartbeats set a
+/// new TTL (shorter or longer), and some go through two instances at once
+/// with different TTLs (either may run last). Every hold is certainly
+/// valid until what the heartbeats allow (`session_valid_until`), or the
+/// DELETE, or the session's creation; sometimes the client pauses past
+/// the TTL, or vanishes without a DELETE. Records every hold for the same
+/// checkers as the others'.
 pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>) {
     while !ctx.stopping() {
-        let ttl_ms = rng.range(600, 1500);
+        // The TTL the session may have: after two heartbeats at once, the
+        // shorter of theirs (the pauses below are planned from it).
+        let mut ttl_ms = rng.range(600, 1500);
         let created = ctx
             .call(
                 &mut rng,
@@ -1230,7 +1259,7 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
             continue;
         };
         // The session (and so each hold) is certainly valid for the TTL
-        // from the sending of its last renewal that kept every hold.
+        // from the sending of its creation, then as its heartbeats allow.
         let mut valid_until = created.sent + ttl_ms as f64;
         let holder = ctx.holder("f-sess");
         let mut holds: Vec<(Kind, String, Answer, f64)> = Vec::new();
@@ -1239,14 +1268,22 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
             if ctx.stopping() || lost {
                 break;
             }
-            let lease = Lease::Session(&id);
-            if let Some((grant, asked)) =
-                acquire(&ctx, &mut rng, kind, object, &holder, lease, 1).await
-            {
-                holds.push((kind.clone(), object.clone(), grant, asked));
+            // One short poll at a time, keeping the session (and what it
+            // holds) between them.
+            for _ in 0..10 {
+                let lease = Lease::Session(&id, ttl_ms / 3);
+                let granted = acquire(&ctx, &mut rng, kind, object, &holder, lease, 1).await;
+                let got = granted.is_some();
+                if let Some((grant, asked)) = granted {
+                    holds.push((kind.clone(), object.clone(), grant, asked));
+                }
+                let beats = session_beats(&ctx, &mut rng, &id, holds.len(), &mut ttl_ms).await;
+                valid_until = session_valid_until(valid_until, &beats);
+                lost = lost_some(&beats);
+                if got || lost || ctx.stopping() {
+                    break;
+                }
             }
-            // Acquires may wait long: keep the session (and what it holds).
-            lost = !session_beat(&ctx, &mut rng, &id, holds.len(), ttl_ms, &mut valid_until).await;
         }
         lost |= holds.is_empty();
         let mut vanished = false;
@@ -1271,7 +1308,9 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
                 vanished = true;
                 break;
             }
-            lost = !session_beat(&ctx, &mut rng, &id, holds.len(), ttl_ms, &mut valid_until).await;
+            let beats = session_beats(&ctx, &mut rng, &id, holds.len(), &mut ttl_ms).await;
+            valid_until = session_valid_until(valid_until, &beats);
+            lost = lost_some(&beats);
         }
         if !vanished {
             let path = format!("/sessions/{id}");
@@ -1300,30 +1339,73 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
     }
 }
 
-/// One session heartbeat: when it renewed all `holds` holds, they are
-/// certainly valid for `ttl_ms` from its sending. False when the session
-/// or one of its holds is lost.
-async fn session_beat(
+/// One round of session heartbeats, each with an explicit TTL: mostly one
+/// (sometimes with a new TTL, shorter or longer), sometimes two at once
+/// through two instances, one keeping the TTL and one setting another.
+/// `ttl_ms` becomes the TTL the session may now have (the shorter of the
+/// two). Returns each beat as its client saw it (`holds` is how many holds
+/// a full renewal counts).
+async fn session_beats(
     ctx: &Ctx,
     rng: &mut Rng,
     id: &str,
     holds: usize,
-    ttl_ms: u64,
-    valid_until: &mut f64,
-) -> bool {
+    ttl_ms: &mut u64,
+) -> Vec<Beat> {
     let path = format!("/sessions/{id}/heartbeat");
-    let beat = ctx
-        .call(rng, reqwest::Method::POST, &path, Some(json!({})), 0, None)
-        .await;
-    match beat.status {
-        Some(200) if beat.body["holds"].as_u64() == Some(holds as u64) => {
-            *valid_until = valid_until.max(beat.sent + ttl_ms as f64);
-            true
-        }
-        Some(200 | 404) => false,
-        other => {
-            ctx.failed(&format!("session heartbeat answered {other:?}"));
-            true
-        }
+    let other_ttl = |rng: &mut Rng| match rng.chance(60) {
+        true => rng.range(500, *ttl_ms + 1),
+        false => rng.range(600, 1500),
+    };
+    let mut ttls = vec![*ttl_ms];
+    if rng.chance(20) {
+        ttls[0] = other_ttl(rng);
     }
+    let instances = ctx.urls.len() as u64;
+    let first = rng.range(0, instances) as usize;
+    if instances > 1 && rng.chance(30) {
+        ttls.push(other_ttl(rng));
+    }
+    let beats = ttls.iter().enumerate().map(|(i, ttl)| {
+        let instance = (first + i) % instances as usize;
+        let body = json!({"ttl_ms": ttl});
+        let path = path.as_str();
+        async move {
+            let post = reqwest::Method::POST;
+            let beat = ctx.call_on(instance, post, path, Some(body), 0, None).await;
+            let outcome = match beat.status {
+                Some(200) if beat.body["holds"].as_u64() == Some(holds as u64) => {
+                    BeatOutcome::Renewed
+                }
+                Some(200) => BeatOutcome::Partial,
+                Some(404) => BeatOutcome::Gone,
+                other => {
+                    ctx.failed(&format!("session heartbeat answered {other:?}"));
+                    BeatOutcome::Unknown
+                }
+            };
+            Beat {
+                sent: beat.sent,
+                ttl_ms: *ttl as f64,
+                outcome,
+            }
+        }
+    });
+    let beats = futures_util::future::join_all(beats).await;
+    {
+        let rounds = &mut ctx.record.lock().beat_rounds;
+        rounds[0] += 1;
+        rounds[1] += u64::from(ttls.len() > 1);
+        rounds[2] += u64::from(ttls.iter().any(|t| t != ttl_ms));
+    }
+    *ttl_ms = ttls.into_iter().min().unwrap_or(*ttl_ms);
+    beats
+}
+
+/// Whether a round of heartbeats found the session, or one of its holds,
+/// gone.
+fn lost_some(beats: &[Beat]) -> bool {
+    beats
+        .iter()
+        .any(|b| matches!(b.outcome, BeatOutcome::Partial | BeatOutcome::Gone))
 }

@@ -3,7 +3,7 @@
 -- lock_release, lock_undo, lock_heartbeat, lock_force_unlock) and the
 -- multi-lock scripts (multi_*), which run them on several locks at once,
 -- share one body. Joined after a kind's hooks (lock_plain or lock_fair:
--- admit, on_grant, on_blocked, on_free).
+-- admit, on_grant, on_blocked, on_free, on_shortened).
 --
 -- A lock's keys:
 --   hash    {prefix}{name}:lock (fair: :fair); fields holder, count (hold
@@ -14,24 +14,69 @@
 --   marker  {prefix}{name}:lock:undone:<attempt id> (that attempt was
 --           given up: it must grant nothing should it still arrive)
 --   channel {prefix}{name}:lock:wake (pub/sub)
+--   A hold taken in a session (README "Sessions") also records it in the
+--   hash: s (the session), sv (the highest version of the session's state
+--   applied to the hold: a renewal of an older version is ignored, so a
+--   slow earlier session heartbeat never outruns a later one) and se (when
+--   the session ends as of that version, in ms on this node's clock: a
+--   direct heartbeat renews the hold no further).
 --
 -- Invariants: at most one holder; the hash exists only with a TTL (its
 -- lease, measured by Redis's own clock); tokens come only from INCR on the
 -- fence key, so they strictly increase across holders, expiries, force
 -- unlocks and deletion of the hash; the lock is free exactly when the hold
--- count reaches 0, and every transition to free notifies the waiters.
+-- count reaches 0, and every transition to free notifies the waiters, as
+-- does every renewal that makes the hold end earlier than it did; a hold
+-- is in one session or none, and only that session renews or releases it
+-- on the session's behalf.
 
--- Takes the lock, or re-enters it as its holder.
+-- Redis's clock in ms.
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Sets the hold to end `lease` ms from now; when it now ends earlier than
+-- it did, its waiters are told (on_shortened), so they look again by then.
+local function set_lease(hash, channel, lease)
+  local before = redis.call('PTTL', hash)
+  redis.call('PEXPIRE', hash, lease)
+  if before > tonumber(lease) then
+    on_shortened(channel)
+  end
+end
+
+-- Whether a renewal by a session at `version` is newer than what the hold
+-- has applied (`sv`, nil when it has none).
+local function newer(sv, version)
+  return not sv or tonumber(version) >= tonumber(sv)
+end
+
+-- Records in a hold just taken or renewed in `session` ('' for none) the
+-- version applied and when the session ends by it.
+local function in_session(hash, session, version, lease)
+  if session ~= '' then
+    redis.call('HSET', hash, 's', session, 'sv', version, 'se', clock_ms() + tonumber(lease))
+  end
+end
+
+-- Takes the lock, or re-enters it as its holder, in `session` ('' for
+-- none; `version`: the version of the session's state the lease comes
+-- from, '' without a session).
 -- Returns {1, token, hold_count, lease_ms} (a repeat of the attempt returns
 -- its first grant), {0, ...} the hook's reply when it must wait (plain
--- locks: {0, pttl of the holder's lease}), or {-1} when the attempt was
--- already given up.
-local function acquire(hash, fence, marker, holder, lease, id)
+-- locks: {0, pttl of the holder's lease}), {-1} when the attempt was
+-- already given up, or {-5} when the holder holds the lock in another
+-- session, or in one while this acquire is in none (or the reverse):
+-- nothing changes then. A re-entry in a session whose hold has applied a
+-- newer version keeps the hold's end (and answers what is left of it).
+local function acquire(hash, fence, marker, holder, lease, id, channel, session, version)
+  session = session or ''
   if redis.call('EXISTS', marker) == 1 then
     return {-1}
   end
   local attempt = 'a:' .. id
-  local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', attempt)
+  local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', attempt, 's', 'sv')
   if not h[1] then
     local wait = admit(holder)
     if wait then
@@ -41,6 +86,7 @@ local function acquire(hash, fence, marker, holder, lease, id)
     redis.call('HSET', hash, 'holder', holder, 'count', 1, 'token', token,
       'lease', lease, attempt, 1)
     redis.call('PEXPIRE', hash, lease)
+    in_session(hash, session, version, lease)
     on_grant(holder)
     return {1, token, 1, tonumber(lease)}
   end
@@ -50,20 +96,29 @@ local function acquire(hash, fence, marker, holder, lease, id)
   if h[5] then
     return {1, tonumber(h[3]), tonumber(h[2]), tonumber(h[4])}
   end
+  if (h[6] or '') ~= session then
+    return {-5}
+  end
   local count = redis.call('HINCRBY', hash, 'count', 1)
-  redis.call('HSET', hash, 'lease', lease, attempt, count)
-  redis.call('PEXPIRE', hash, lease)
+  redis.call('HSET', hash, attempt, count)
+  if session ~= '' and not newer(h[7], version) then
+    return {1, tonumber(h[3]), count, redis.call('PTTL', hash)}
+  end
+  redis.call('HSET', hash, 'lease', lease)
+  set_lease(hash, channel, lease)
+  in_session(hash, session, version, lease)
   return {1, tonumber(h[3]), count, tonumber(lease)}
 end
 
--- Drops one hold (every hold with `all`) of the holder.
+-- Drops one hold (every hold with `all`) of the holder; with `session`
+-- (a session ending), only a hold taken in that session.
 -- Returns {-1} when not held by it, {1, 0} when the lock became free,
 -- {0, hold_count} when the holder keeps hold_count holds. Holds go latest
 -- first: the attempt record of a dropped hold goes with it, so undo never
 -- gives back a released hold.
-local function release(hash, channel, holder, all)
-  local h = redis.call('HMGET', hash, 'holder', 'count')
-  if h[1] ~= holder then
+local function release(hash, channel, holder, all, session)
+  local h = redis.call('HMGET', hash, 'holder', 'count', 's')
+  if h[1] ~= holder or (session and h[3] ~= session) then
     return {-1}
   end
   local count = tonumber(h[2]) - 1
@@ -113,21 +168,42 @@ local function undo(hash, marker, channel, holder, id, marker_ms)
   return 1
 end
 
--- Renews the holder's lease: to `lease` ms, or ('') for the lease it has.
--- Returns {1, token, hold_count, lease_ms}, or {0} when not held by it (an
--- expired hold cannot be revived: the hash is gone).
-local function renew(hash, holder, lease)
-  local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease')
-  if h[1] ~= holder then
+-- Renews the holder's lease: to `lease` ms, or ('') for the lease it has;
+-- a hold taken in a session no further than the session's end (se).
+-- With `session` it is that session's renewal instead (`lease` is the
+-- session's remaining TTL, `version` the version of the session's state it
+-- comes from): only a hold taken in that session counts, and a renewal of
+-- an older version than the hold has applied changes nothing.
+-- Returns {1, token, hold_count, lease_ms} (lease_ms: what the hold now has
+-- left), or {0} when not held by it (or, for a session, not in it). An
+-- expired hold cannot be revived: the hash is gone.
+local function renew(hash, channel, holder, lease, session, version)
+  local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', 's', 'sv', 'se')
+  if h[1] ~= holder or (session and h[5] ~= session) then
     return {0}
+  end
+  local reply = {1, tonumber(h[3]), tonumber(h[2])}
+  if session then
+    if newer(h[6], version) then
+      redis.call('HSET', hash, 'lease', lease)
+      set_lease(hash, channel, lease)
+      in_session(hash, session, version, lease)
+    end
+    reply[4] = math.max(redis.call('PTTL', hash), 0)
+    return reply
   end
   if lease == '' then
     lease = h[4]
   else
     redis.call('HSET', hash, 'lease', lease)
   end
-  redis.call('PEXPIRE', hash, lease)
-  return {1, tonumber(h[3]), tonumber(h[2]), tonumber(lease)}
+  lease = tonumber(lease)
+  if h[7] then
+    lease = math.max(math.min(lease, tonumber(h[7]) - clock_ms()), 1)
+  end
+  set_lease(hash, channel, lease)
+  reply[4] = lease
+  return reply
 end
 
 -- Removes the lock whoever holds it (administrative); 1 when it was held.

@@ -7,6 +7,9 @@
 -- ARGV[2]  holder id
 -- ARGV[5]  lease in milliseconds
 -- ARGV[6]  attempt id (unique per try)
+-- ARGV[7]  the session the hold is taken in, or '' for none
+-- ARGV[8]  the version of the session's state the lease (its remaining
+--          TTL) comes from, or '' for none
 --
 -- Returns  {1, token, hold_count, lease_ms}  granted (new or reentrant)
 --          {0, retry_after_ms, ...}          must wait: the hook's reply
@@ -15,6 +18,9 @@
 --                                            TTL by hand)
 --          {-1}                              this attempt was already given up
 --                                            (lock_undo ran first): nothing granted
+--          {-5}                              the holder holds the lock in another
+--                                            session, or in none (or the reverse):
+--                                            session-mismatch, nothing changed
 -- Running the same attempt twice grants once: the second run returns the
 -- first one's grant (so a caller may repeat a try whose reply was lost).
-return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[5], ARGV[6])
+return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[5], ARGV[6], ARGV[1], ARGV[7], ARGV[8])

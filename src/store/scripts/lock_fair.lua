@@ -54,3 +54,10 @@ local function on_free(channel)
   expire_queue()
   wake(true)
 end
+
+-- The hold now ends earlier than it did (a shorter lease): publish the
+-- queue, letting nobody go, so that its head looks again and learns when
+-- the hold ends.
+local function on_shortened(channel)
+  wake(false)
+end

@@ -1,11 +1,21 @@
--- lock_heartbeat: renew a holder's lease (see renew in lock.lua). The same
--- script serves plain and fair locks: renewing touches only the hash.
+-- lock_heartbeat: renew a holder's lease (see renew in lock.lua), or renew
+-- a hold for its session. Runs after a kind's hooks (a renewal that makes
+-- the hold end earlier wakes its waiters); ARGV[1..4] are theirs.
 --
 -- KEYS[1]  lock hash  {prefix}{name}:lock (fair: :fair)
--- ARGV[1]  holder id
--- ARGV[2]  new lease in milliseconds, or '' to renew for the lease it has
+-- ARGV[1]  wake channel
+-- ARGV[2]  holder id
+-- ARGV[5]  new lease in milliseconds, or '' to renew for the lease it has
+--          (a session's renewal: the session's remaining TTL)
+-- ARGV[6]  only for a session's renewal: the session
+-- ARGV[7]  only for a session's renewal: the version of the session's
+--          state ARGV[5] comes from
 --
--- Returns  {1, token, hold_count, lease_ms}  renewed
---          {0}                               not held by this holder
---                                            (released, expired or never taken)
-return renew(KEYS[1], ARGV[1], ARGV[2])
+-- Returns  {1, token, hold_count, lease_ms}  renewed (lease_ms: what the
+--                                            hold has left now; a hold in
+--                                            a session never more than its
+--                                            session)
+--          {0}                               not held by this holder (or not
+--                                            in that session): released,
+--                                            expired or never taken
+return renew(KEYS[1], ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7])

@@ -29,3 +29,9 @@ end
 local function on_free(channel)
   redis.call(PUBLISH, channel, 'free')
 end
+
+-- The holder's hold now ends earlier than it did (a shorter lease): wake
+-- the waiters, who look again and so learn when it ends.
+local function on_shortened(channel)
+  redis.call(PUBLISH, channel, 'free')
+end

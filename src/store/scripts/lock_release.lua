@@ -5,8 +5,10 @@
 -- ARGV[1]  wake channel
 -- ARGV[2]  holder id
 -- ARGV[5]  '1' to release every reentrant hold, '0' to release one
+-- ARGV[6]  only when a session ends: the session (a hold taken in another
+--          session, or in none, is not released)
 --
--- Returns  {-1}            not held by this holder
+-- Returns  {-1}            not held by this holder (or not in that session)
 --          {1, 0}          the lock became free (waiters were notified)
 --          {0, hold_count} still held by this holder, hold_count remaining
-return release(KEYS[1], ARGV[1], ARGV[2], ARGV[5] == '1')
+return release(KEYS[1], ARGV[1], ARGV[2], ARGV[5] == '1', ARGV[6])

@@ -11,12 +11,19 @@
 -- ARGV[2]  lease in milliseconds ('' where none)
 -- ARGV[3]  attempt id ('' where none)
 -- ARGV[4]  marker lifetime in milliseconds ('' where none)
--- ARGV[4+i]  lock i's wake channel
+-- ARGV[5]  the session the holds are taken in ('' for none, or where the
+--          script takes none)
+-- ARGV[6]  the version of the session's state the lease comes from ('')
+-- ARGV[6+i]  lock i's wake channel
 
 local COUNT = #KEYS / 3
 
 local function hash_of(i)
   return KEYS[3 * i - 2]
+end
+
+local function channel_of(i)
+  return ARGV[6 + i]
 end
 
 -- {0, i, j, ...}: the locks (by index) the holder does not hold, or nil

@@ -9,16 +9,23 @@
 --                   block (by index), and the longest remaining lease among
 --                   them (-1 when one has no TTL: someone removed it by hand)
 --          {-1}     this attempt was already given up: nothing granted
+--          {-5}     the holder holds a lock of the set in another session,
+--                   or in none (or the reverse): session-mismatch, nothing
+--                   taken
 --
 -- Nothing is taken unless everything can be: no other client ever sees a
 -- part of the set held by this request.
-local holder, lease, id = ARGV[1], ARGV[2], ARGV[3]
+local holder, lease, id, session, version = ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6]
 local blocked, longest = {0, 0}, 0
 for i = 1, COUNT do
   if redis.call('EXISTS', KEYS[3 * i]) == 1 then
     return {-1}
   end
-  local h = redis.call('HGET', hash_of(i), 'holder')
+  local h = redis.call('HMGET', hash_of(i), 'holder', 's')
+  if h[1] == holder and (h[2] or '') ~= session then
+    return {-5}
+  end
+  h = h[1]
   if h and h ~= holder then
     blocked[#blocked + 1] = i
     local pttl = redis.call('PTTL', hash_of(i))
@@ -35,7 +42,8 @@ if #blocked > 2 then
 end
 local reply = {1}
 for i = 1, COUNT do
-  local granted = acquire(hash_of(i), KEYS[3 * i - 1], KEYS[3 * i], holder, lease, id)
+  local granted = acquire(hash_of(i), KEYS[3 * i - 1], KEYS[3 * i], holder, lease, id,
+    channel_of(i), session, version)
   reply[#reply + 1] = granted[2]
   reply[#reply + 1] = granted[3]
 end

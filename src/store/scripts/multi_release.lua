@@ -12,7 +12,7 @@ if gaps then
 end
 local freed = {1}
 for i = 1, COUNT do
-  if release(hash_of(i), ARGV[4 + i], holder, false)[1] == 1 then
+  if release(hash_of(i), channel_of(i), holder, false)[1] == 1 then
     freed[#freed + 1] = i
   end
 end

@@ -5,6 +5,6 @@
 -- Returns  how many locks gave back a hold of the attempt.
 local given = 0
 for i = 1, COUNT do
-  given = given + undo(hash_of(i), KEYS[3 * i], ARGV[4 + i], ARGV[1], ARGV[3], ARGV[4])
+  given = given + undo(hash_of(i), KEYS[3 * i], channel_of(i), ARGV[1], ARGV[3], ARGV[4])
 end
 return given

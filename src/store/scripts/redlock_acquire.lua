@@ -4,13 +4,20 @@
 --
 -- KEYS[1]  lock hash  {prefix}{name}:redlock
 --          fields: holder, token (the grant's fencing token once known),
---          lease (ms), attempt (the id of the try that created the hold)
+--          lease (ms), attempt (the id of the try that created the hold),
+--          and for a hold taken in a session: s (the session), sv (the
+--          highest version of its state applied: older renewals are
+--          ignored), se (when the session ends by it, ms on this node's
+--          clock: a direct heartbeat renews no further)
 -- KEYS[2]  fence      {prefix}{name}:redlock:fence  (this node's counter;
 --                     never expires)
 -- KEYS[3]  tombstone  {prefix}{name}:redlock:undone:<attempt id>
 -- ARGV[1]  holder id
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempt id (unique per try)
+-- ARGV[4]  the session the hold is taken in, or '' for none
+-- ARGV[5]  the version of the session's state the lease (its remaining
+--          TTL) comes from, or '' for none
 --
 -- Returns  {1, token}   granted here: a new hold whose token is this node's
 --                       next counter value
@@ -20,6 +27,8 @@
 --                       someone removed the TTL by hand)
 --          {-1}         this attempt was already given up (redlock_undo ran
 --                       first): nothing granted
+--          {-5}         this holder holds it here in another session, or in
+--                       none (or the reverse): nothing changed
 --
 -- Invariants: at most one holder per node; the hash exists only with a
 -- TTL; this node's tokens come only from INCR on its fence (and
@@ -28,20 +37,36 @@
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-1}
 end
-local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'attempt')
+local session, version = ARGV[4] or '', ARGV[5]
+-- Records the session and when it ends by `version` (this node's clock).
+local function in_session()
+  if session ~= '' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('HSET', KEYS[1], 's', session, 'sv', version, 'se', now + tonumber(ARGV[2]))
+  end
+end
+local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'attempt', 's', 'sv')
 if not h[1] then
   local token = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', token, 'lease', ARGV[2],
     'attempt', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  in_session()
   return {1, token}
 end
 if h[1] ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('HSET', KEYS[1], 'lease', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if h[3] == ARGV[3] then
   return {1, tonumber(h[2])}
+end
+if (h[4] or '') ~= session then
+  return {-5}
+end
+if session == '' or tonumber(version) >= tonumber(h[5]) then
+  redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  in_session()
 end
 return {2, tonumber(h[2])}

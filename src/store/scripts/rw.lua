@@ -15,6 +15,8 @@
 --          a|<attempt>         '<r|w><level>': the hold that attempt made
 --          i|<r|w>|<h>|<level> the attempt that made that hold (the index
 --                              that lets a release forget it without a scan)
+--          ss|<h>, sv|<h>, se|<h>  a holder's holds taken in a session
+--                              (hold_session.lua, joined before this file)
 -- KEYS[2]  fence {prefix}{name}:rw:fence (counter; never expires)
 -- KEYS[3]  the attempt's marker (acquire, undo), else the hash again
 -- KEYS[4..6]  the queue (queue.lua)
@@ -39,15 +41,26 @@ local function forget(mode, holder, from, to)
   end
 end
 
+-- Forgets the session of a holder that holds nothing any more.
+local function forget_session(holder)
+  if redis.call('HGET', KEYS[1], 'w') ~= holder
+    and redis.call('HEXISTS', KEYS[1], 'r|' .. holder) == 0 then
+    drop_session(KEYS[1], holder)
+  end
+end
+
 local function drop_writer()
-  forget('w', redis.call('HGET', KEYS[1], 'w'), 1, tonumber(redis.call('HGET', KEYS[1], 'wc')))
+  local holder = redis.call('HGET', KEYS[1], 'w')
+  forget('w', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'wc')))
   redis.call('HDEL', KEYS[1], 'w', 'wc', 'wt', 'wl', 'wd')
+  forget_session(holder)
 end
 
 local function drop_reader(holder)
   forget('r', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0'))
   redis.call('HDEL', KEYS[1], 'r|' .. holder, 'rt|' .. holder, 'rl|' .. holder)
   redis.call('ZREM', KEYS[7], holder)
+  forget_session(holder)
 end
 
 -- Drops the holds whose lease ended; true if any did.
@@ -137,4 +150,48 @@ local function grant_reply(mode, holder)
     return {1, tonumber(h[3]), wc, tonumber(h[4]), 'w', rc, wc}
   end
   return {1, tonumber(h[6]), rc, tonumber(h[7]), 'r', rc, wc}
+end
+
+-- Sessions (README "Sessions"; hold_session.lua).
+
+-- When the holder's hold in `mode` ends (ms, Redis clock), or nil.
+local function ends(mode, holder)
+  if mode == 'w' then
+    if redis.call('HGET', KEYS[1], 'w') == holder then
+      return tonumber(redis.call('HGET', KEYS[1], 'wd'))
+    end
+    return nil
+  end
+  local d = redis.call('ZSCORE', KEYS[7], holder)
+  return d and tonumber(d)
+end
+
+-- Moves the end of every hold of the holder to now + its lease (`lease`
+-- when given, which becomes the hold's lease; else the one it has), never
+-- past `cap` (ms, Redis clock; nil: none). Wakes the queue when a hold
+-- now ends earlier than it did, so that the waiters look again by then.
+-- The caller expires the holds (expire_holds) afterwards.
+local function extend(holder, lease, cap)
+  local shortened = false
+  for _, mode in ipairs({'w', 'r'}) do
+    local before = ends(mode, holder)
+    if before then
+      local field = (mode == 'w') and 'wl' or ('rl|' .. holder)
+      local l = lease or tonumber(redis.call('HGET', KEYS[1], field))
+      local deadline = now + l
+      if cap then
+        deadline = math.max(math.min(deadline, cap), now + 1)
+      end
+      redis.call('HSET', KEYS[1], field, l)
+      if mode == 'w' then
+        redis.call('HSET', KEYS[1], 'wd', deadline)
+      else
+        redis.call('ZADD', KEYS[7], deadline, holder)
+      end
+      shortened = shortened or deadline < before
+    end
+  end
+  if shortened then
+    wake()
+  end
 end

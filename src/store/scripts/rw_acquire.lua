@@ -4,6 +4,9 @@
 -- ARGV[5]  'r' or 'w'
 -- ARGV[6]  lease in milliseconds
 -- ARGV[7]  attempt id (unique per try)
+-- ARGV[8]  the session the hold is taken in, or '' for none
+-- ARGV[9]  the version of the session's state the lease (its remaining
+--          TTL) comes from, or '' for none
 --
 -- Returns  {1, token, hold_count, lease_ms, mode, read_count, write_count}
 --                   granted (a repeat of the attempt returns its grant)
@@ -11,6 +14,8 @@
 --          {-1}     this attempt was already given up: nothing granted
 --          {-2}     a write asked by one of several readers: it would wait
 --                   for itself (upgrade-would-deadlock), refused at once
+--          {-5}     the holder holds the rwlock in another session, or in
+--                   none (or the reverse): session-mismatch, nothing changed
 --
 -- Policy (arrival order between readers and writers):
 -- - a holder that already holds re-enters: a reader reads again, a writer
@@ -22,6 +27,10 @@
 --   writer go before it (no reader starvation).
 -- Tokens: every new hold (not a re-entry) takes the next fence value, so
 -- tokens strictly increase across both modes.
+-- Sessions: a holder's holds are all in one session or none. A hold taken
+-- in a session is a renewal of the holder's holds by it: unless they have
+-- applied a newer version of the session's state (then the new hold ends
+-- when that says), every hold of the holder ends after the lease.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-1}
 end
@@ -35,6 +44,12 @@ local member = mode .. '|' .. holder
 local writer = redis.call('HGET', KEYS[1], 'w')
 local reads = tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0')
 local readers = redis.call('ZCARD', KEYS[7])
+local session, version = ARGV[8] or '', ARGV[9]
+if (writer == holder or reads > 0) and session_of(KEYS[1], holder) ~= session then
+  return {-5}
+end
+-- A session's state the holder's holds have not applied yet (or none).
+local fresh = session == '' or newer(KEYS[1], holder, version)
 
 -- Is anyone queued ahead of the member (only writers, with writers_only)?
 local function queued_ahead(writers_only)
@@ -76,15 +91,23 @@ local function take()
   if count == 1 then
     set(token_field, redis.call('INCR', KEYS[2]))
   end
+  local deadline = now + lease
+  if not fresh then
+    deadline = session_end(KEYS[1], holder)
+  end
   if mode == 'w' then
     set('w', holder)
     set('wl', lease)
-    set('wd', now + lease)
+    set('wd', deadline)
   else
     set('rl|' .. holder, lease)
-    redis.call('ZADD', KEYS[7], now + lease, holder)
+    redis.call('ZADD', KEYS[7], deadline, holder)
   end
   redis.call('HSET', KEYS[1], unpack(fields))
+  if session ~= '' and fresh then
+    in_session(KEYS[1], holder, session, version, lease)
+    extend(holder, lease, nil)
+  end
   expire_holds()
   if leave_queue(member) then
     wake()

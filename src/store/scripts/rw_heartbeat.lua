@@ -1,28 +1,38 @@
--- rw_heartbeat: renew every hold a holder has on the rwlock.
+-- rw_heartbeat: renew every hold a holder has on the rwlock, or renew them
+-- for their session.
 -- Runs after queue.lua and rw.lua (keys and common arguments there).
 --
 -- ARGV[5]  new lease in milliseconds, or '' to renew each hold for the
---          lease it has
+--          lease it has (a session's renewal: the session's remaining TTL)
+-- ARGV[6]  only for a session's renewal: the session
+-- ARGV[7]  only for a session's renewal: the version of the session's
+--          state ARGV[5] comes from
 --
 -- Returns  {1, token, hold_count, lease_ms, mode, read_count, write_count}
---          (mode 'w' when the holder writes), or {0} when it holds nothing
---          (released, expired or never taken: an expired hold cannot be
---          revived).
+--          (mode 'w' when the holder writes; lease_ms: what that hold has
+--          left now), or {0} when it holds nothing (released, expired or
+--          never taken: an expired hold cannot be revived) or, for a
+--          session's renewal, holds nothing in that session.
+--
+-- A direct heartbeat renews holds taken in a session no further than the
+-- session's end; a session's renewal of an older version than the holds
+-- have applied changes nothing. A hold that now ends earlier than it did
+-- wakes the queue.
 refresh()
-local holder, lease = ARGV[2], ARGV[5]
+local holder, lease, session, version = ARGV[2], ARGV[5], ARGV[6], ARGV[7]
 local writes = redis.call('HGET', KEYS[1], 'w') == holder
 local reads = redis.call('HGET', KEYS[1], 'r|' .. holder)
-if not writes and not reads then
+if (not writes and not reads) or (session and session_of(KEYS[1], holder) ~= session) then
   return {0}
 end
-if writes then
-  local l = (lease ~= '') and lease or redis.call('HGET', KEYS[1], 'wl')
-  redis.call('HSET', KEYS[1], 'wl', l, 'wd', now + tonumber(l))
-end
-if reads then
-  local l = (lease ~= '') and lease or redis.call('HGET', KEYS[1], 'rl|' .. holder)
-  redis.call('HSET', KEYS[1], 'rl|' .. holder, l)
-  redis.call('ZADD', KEYS[7], now + tonumber(l), holder)
+if not session then
+  extend(holder, tonumber(lease), session_end(KEYS[1], holder))
+elseif newer(KEYS[1], holder, version) then
+  in_session(KEYS[1], holder, session, version, tonumber(lease))
+  extend(holder, tonumber(lease), nil)
 end
 expire_holds()
-return grant_reply(writes and 'w' or 'r', holder)
+local mode = writes and 'w' or 'r'
+local reply = grant_reply(mode, holder)
+reply[4] = ends(mode, holder) - now
+return reply

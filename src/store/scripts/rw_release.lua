@@ -4,8 +4,11 @@
 -- ARGV[5]  'r', 'w', or '' for the write hold if the holder has one, else
 --          the read hold
 -- ARGV[6]  '1' to release every hold of that mode, '0' to release one
+-- ARGV[7]  only when a session ends: the session (holds taken in another
+--          session, or in none, are not released)
 --
 -- Returns  {-1}                          the holder has no hold of that mode
+--                                        (or none in that session)
 --          {released, hold_count, mode}  released is 1 when the rwlock
 --                                        became free; hold_count is what the
 --                                        holder keeps in that mode
@@ -15,6 +18,9 @@
 -- frees the lock lets the writer at the head go.
 refresh()
 local holder, mode = ARGV[2], ARGV[5]
+if ARGV[7] and session_of(KEYS[1], holder) ~= ARGV[7] then
+  return {-1}
+end
 local writer = redis.call('HGET', KEYS[1], 'w')
 if mode == '' then
   mode = (writer == holder) and 'w' or 'r'

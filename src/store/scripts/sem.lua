@@ -23,6 +23,8 @@
 --          t|<h>, l|<h>  its fencing token and lease (ms)
 --          as|<h>        the attempts that made its grants (space-separated)
 --          a|<attempt>   the permits that attempt was granted
+--          ss|<h>, sv|<h>, se|<h>  a hold taken in a session
+--                        (hold_session.lua, joined before this file)
 -- KEYS[8]  zset {prefix}{name}:sem:leases  holder → its lease's deadline
 --
 -- Expired holds are reclaimed by every script before it reads, on Redis's
@@ -60,6 +62,7 @@ local function drop_holder(holder)
   end
   redis.call('HDEL', KEYS[7], unpack(fields))
   redis.call('ZREM', KEYS[8], holder)
+  drop_session(KEYS[7], holder)
   local permits = tonumber(h[1] or '0')
   if permits > 0 then
     redis.call('HINCRBY', KEYS[7], 'used', -permits)
@@ -199,4 +202,17 @@ end
 -- {permits, available, holders}: the public state.
 local function state_reply()
   return {configured_permits(), available(), redis.call('ZCARD', KEYS[8])}
+end
+
+-- Sessions (README "Sessions"; hold_session.lua).
+
+-- Sets the holder's lease to end at `deadline` (ms, Redis clock); wakes
+-- the queue when it now ends earlier than it did, so that the waiters
+-- look again by then. The caller expires the holds afterwards.
+local function set_deadline(holder, deadline)
+  local before = tonumber(redis.call('ZSCORE', KEYS[8], holder))
+  redis.call('ZADD', KEYS[8], deadline, holder)
+  if before and deadline < before then
+    wake()
+  end
 end

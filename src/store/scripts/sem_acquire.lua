@@ -5,6 +5,9 @@
 -- ARGV[5]  permits wanted (k ≥ 1)
 -- ARGV[6]  lease in milliseconds (the whole hold's lease from now on)
 -- ARGV[7]  attempt id (unique per try)
+-- ARGV[8]  the session the hold is taken in, or '' for none
+-- ARGV[9]  the version of the session's state the lease (its remaining
+--          TTL) comes from, or '' for none
 --
 -- Returns  {1, token, permits, lease_ms, grants}  granted: the holder's
 --                   total permits (a repeat of the attempt returns it again)
@@ -13,11 +16,16 @@
 --          {-1}     this attempt was already given up: nothing granted
 --          {-3, permits}  k is more than the semaphore has: never grantable
 --          {-4}     the semaphore is not configured (or was deleted)
+--          {-5}     the holder holds permits in another session, or in
+--                   none (or the reverse): session-mismatch, nothing changed
 --
 -- Policy (see walk in sem.lua): arrival order, and a request that fits
 -- may overtake waiters that do not, at most OVERTAKES times per head.
 -- Tokens: a holder's first grant takes the next fence value; later grants
 -- to the same holder keep it (like a re-entry).
+-- Sessions: a grant in a session is a renewal of the hold by it, unless
+-- the hold has applied a newer version of the session's state (then it
+-- keeps the end that says).
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-1}
 end
@@ -33,6 +41,10 @@ if need > permits then
   return {-3, permits}
 end
 refresh()
+local session, version = ARGV[8] or '', ARGV[9]
+if redis.call('HEXISTS', KEYS[7], 'l|' .. holder) == 1 and session_of(KEYS[7], holder) ~= session then
+  return {-5}
+end
 local member = need .. '|' .. holder
 local _, _, go, overtakes = walk(member, need)
 if not go then
@@ -57,7 +69,12 @@ local attempts = h[4] and (h[4] .. ' ' .. id) or id
 redis.call('HSET', KEYS[7], 'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, token,
   'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts)
 redis.call('HINCRBY', KEYS[7], 'used', need)
-redis.call('ZADD', KEYS[8], now + lease, holder)
+if session == '' then
+  set_deadline(holder, now + lease)
+elseif newer(KEYS[7], holder, version) then
+  in_session(KEYS[7], holder, session, version, lease)
+  set_deadline(holder, now + lease)
+end
 expire_holds()
 if leave_queue(member) then
   wake()

@@ -8,14 +8,27 @@
 --          ttl                 the session's TTL in ms (what a heartbeat
 --                              renews it for)
 --          v                   version: raised by every heartbeat and
---                              attach, so that an attach can tell whether
---                              a heartbeat ran while it aligned its holds
+--                              attach. Every renewal of a hold by the
+--                              session carries the version its lease comes
+--                              from, and a hold ignores renewals older than
+--                              the newest it applied, so a slow heartbeat
+--                              never outruns a later one
 --          <kind>|<holder>|<name>  one field per attached hold; its value
 --                              is the version that attached it
 --
 -- Invariant: the hash exists only with a TTL (PEXPIRE = ttl at creation
--- and at every heartbeat, on Redis's clock). The reserved fields hold no
--- '|', every hold field does (names and holder ids never contain one).
+-- and at every heartbeat, on Redis's clock). The reserved fields (RESERVED
+-- of them) hold no '|', every hold field does (names and holder ids never
+-- contain one). What an acquire reads and writes here costs the same
+-- however many holds the session has: only heartbeats and deletion read
+-- the holds.
+
+local RESERVED = 2
+
+-- How many holds are attached (O(1)).
+local function count()
+  return redis.call('HLEN', KEYS[1]) - RESERVED
+end
 
 -- The attached holds as {field, value, ...}.
 local function holds()

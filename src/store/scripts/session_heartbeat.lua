@@ -1,11 +1,12 @@
 -- session_heartbeat: renew a session (after session.lua; keys there). The
--- service then renews every hold returned, with the same lease.
+-- service then renews every hold returned, with the same lease and this
+-- heartbeat's version.
 --
 -- ARGV[1]  new ttl in ms, or '' to renew for the ttl it has
 --
--- Returns  {1, ttl, field, value, ...} with every attached hold, or {0}
---          when the session does not exist (expired, deleted, or never
---          created: an expired session cannot be revived)
+-- Returns  {1, ttl, version, field, value, ...} with every attached hold,
+--          or {0} when the session does not exist (expired, deleted, or
+--          never created: an expired session cannot be revived)
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
@@ -15,9 +16,9 @@ if ttl == '' then
 else
   redis.call('HSET', KEYS[1], 'ttl', ttl)
 end
-redis.call('HINCRBY', KEYS[1], 'v', 1)
+local version = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('PEXPIRE', KEYS[1], ttl)
-local reply = {1, tonumber(ttl)}
+local reply = {1, tonumber(ttl), version}
 for _, item in ipairs(holds()) do
   reply[#reply + 1] = item
 end
