@@ -399,6 +399,13 @@ mod tests {
             ("team-a:admin:abc", "64 hex digits"),
             (&format!("team a:admin:{HASH_OF_SECRET}"), "namespace"),
             (&format!(":admin:{HASH_OF_SECRET}"), "namespace"),
+            // The role and the hash swapped, and a hash before the
+            // namespace: the message must not echo the hash either.
+            (&format!("team-a:{HASH_OF_SECRET}:admin"), "role"),
+            (
+                &format!("{HASH_OF_SECRET}:team-a:admin:{HASH_OF_SECRET}"),
+                "namespace",
+            ),
         ] {
             let error = Keys::parse([entry]).expect_err(entry);
             assert!(error.contains(says), "{entry}: {error}");
