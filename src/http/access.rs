@@ -228,7 +228,12 @@ fn parse_entry(entry: &str) -> Result<ApiKey, String> {
     let role = match role {
         "client" => Role::Client,
         "admin" => Role::Admin,
-        other => return Err(format!("role must be client or admin, got {other:?}")),
+        other => {
+            return Err(format!(
+                "role must be client or admin, got {:?}",
+                shown(other)
+            ));
+        }
     };
     if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(
@@ -256,8 +261,22 @@ fn check_namespace(namespace: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "namespace must be 1-64 characters of A-Z a-z 0-9 . _ ~ -, got {namespace:?}"
+            "namespace must be 1-64 characters of A-Z a-z 0-9 . _ ~ -, got {:?}",
+            shown(namespace)
         ))
+    }
+}
+
+/// A misplaced part of an entry as a message may show it: its first 8
+/// characters only when it is longer than 12 (a hash put where a role or
+/// namespace belongs is never shown whole).
+fn shown(part: &str) -> String {
+    match part.char_indices().nth(12) {
+        None => part.to_string(),
+        Some(_) => {
+            let head: String = part.chars().take(8).collect();
+            format!("{head}…")
+        }
     }
 }
 
@@ -399,6 +418,13 @@ mod tests {
             ("team-a:admin:abc", "64 hex digits"),
             (&format!("team a:admin:{HASH_OF_SECRET}"), "namespace"),
             (&format!(":admin:{HASH_OF_SECRET}"), "namespace"),
+            // The role and the hash swapped, and a hash before the
+            // namespace: the message must not echo the hash either.
+            (&format!("team-a:{HASH_OF_SECRET}:admin"), "role"),
+            (
+                &format!("{HASH_OF_SECRET}:team-a:admin:{HASH_OF_SECRET}"),
+                "namespace",
+            ),
         ] {
             let error = Keys::parse([entry]).expect_err(entry);
             assert!(error.contains(says), "{entry}: {error}");

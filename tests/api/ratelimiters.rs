@@ -858,3 +858,52 @@ async fn a_retry_with_the_same_idempotency_key_replays_the_first_answer() {
     .await;
     assert_eq!(retry, first, "the first answer, replayed");
 }
+
+/// Permits that waiters reserved stay owed across a slowdown and back: a
+/// PUT to a much slower rate (an operator "pausing" a limiter: one permit
+/// an hour) and a PUT back to the first configuration must not shorten
+/// what is owed, or new requests are admitted alongside the reserved
+/// waiters beyond `burst + rate × elapsed / per_ms`.
+#[tokio::test]
+#[ignore = "defect: rl_set.lua caps owed time at one day at the new rate, so a slowdown forgets permits owed to waiters and a PUT back hands them out again"]
+async fn a_slowdown_and_back_keeps_what_waiters_reserved_owed() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let config = json!({"rate": 100, "per_ms": 1000, "burst": 100});
+    configure(&app, "pause", config.clone()).await;
+    let started = Instant::now();
+    admitted(&app, "pause", json!({"permits": 100})).await;
+    // Three waiters reserve 100 permits each, due at +1, +2 and +3 s.
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            app.spawn_post(
+                "/rate-limiters/pause/acquire",
+                json!({"permits": 100, "wait_ms": 5000}),
+            )
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(app.get_json("/rate-limiters/pause").await["available"], 0);
+    configure(
+        &app,
+        "pause",
+        json!({"rate": 1, "per_ms": 3_600_000, "burst": 1}),
+    )
+    .await;
+    configure(&app, "pause", config).await;
+    // At +1.5 s the first waiter took its 100; 200 more are owed.
+    tokio::time::sleep_until((started + Duration::from_millis(1500)).into()).await;
+    let available = app.get_json("/rate-limiters/pause").await["available"]
+        .as_u64()
+        .unwrap();
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let bound = 100 + 100 * elapsed_ms / 1000;
+    assert!(
+        200 + available <= bound,
+        "{} permits admitted or available at {elapsed_ms} ms: more than {bound}",
+        200 + available
+    );
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap().status(), StatusCode::OK);
+    }
+}
