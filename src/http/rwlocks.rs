@@ -414,7 +414,7 @@ super::lock_family::hold_routes! {
         "A holder that waits in the queue (for `?mode`, or for either mode without it) leaves it \
         at once: 200 with `left_queue: true`, `released: false`, the `mode` it waited for and \
         nothing released; whoever can now be granted is woken. Leaving comes first: a holder \
-        that both holds and waits (a reader queued for write) keeps its holds (a second DELETE \
+        that both holds and waits (one whose earlier long-poll still keeps a place) keeps its holds (a second DELETE \
         releases). 404 only for a holder that neither holds nor waits.",
     ],
     released: RwRelease,

@@ -3,7 +3,7 @@
 -- waits in the queue — for the mode in ARGV[5], or for either with '' —
 -- leaves it at once and releases nothing; otherwise the request goes on
 -- as a release. Leaving comes first so that a client that gives up waiting
--- (a reader queued for write, say) never releases a hold it still counts
+-- (one whose earlier long-poll still keeps a place, say) never releases a hold it still counts
 -- on (a second DELETE releases). Runs after queue.lua, rw.lua and
 -- queue_refresh.
 --
