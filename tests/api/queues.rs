@@ -614,7 +614,6 @@ async fn below_http_a_try_records_nothing_and_a_waiters_last_try_keeps_its_place
 /// its client then goes away, that place is kept for the grace, and a try
 /// on the free object is refused with nobody waiting.
 #[tokio::test]
-#[ignore = "defect: a DELETE during the holder's own open long-poll is undone by that long-poll's next try (it re-enters at the tail)"]
 async fn a_delete_during_the_holders_open_long_poll_leaves_no_place_behind() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
