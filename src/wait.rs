@@ -912,8 +912,13 @@ impl Waiter {
             {
                 Tried::Over(outcome) => return outcome,
                 Tried::Blocked(blocked) => {
-                    // A try always answers with a place in this mode.
-                    place = blocked.place.unwrap_or(place);
+                    // A long-poll's try answers with its place in this
+                    // mode; none means the holder left the queue while we
+                    // waited (a DELETE): the wait ends, not acquired.
+                    let Some(now_at) = blocked.place else {
+                        return Ok(Outcome::TimedOut(blocked));
+                    };
+                    place = now_at;
                     desk.update(seat, place.ticket, blocked.position);
                     recheck = self.engine.heard(recheck_after(&place), Instant::now());
                 }

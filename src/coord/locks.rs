@@ -16,7 +16,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm, queued};
+use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm, Wait, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A successful acquisition or renewal.
@@ -153,30 +153,32 @@ impl Locks {
         wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<LockGrant>, StoreError> {
-        self.try_acquire_in(name, holder, lease_ms, wait_left_ms, attempt, None)
+        let wait = Wait::from(wait_left_ms);
+        self.try_acquire_in(name, holder, lease_ms, wait, attempt, None)
             .await
     }
 
     /// [`Self::try_acquire`], or with `session` in a session: the hold
     /// records it and the version `lease_ms` (its remaining TTL) comes
     /// from. Refused with `SessionMismatch` when the holder holds the lock
-    /// in no session or another one.
+    /// in no session or another one. `wait` is the request's [`Wait`]: the
+    /// time it may still wait and the ticket its earlier tries were given.
     pub async fn try_acquire_in(
         &self,
         name: &str,
         holder: &str,
         lease_ms: u64,
-        wait_left_ms: Option<u64>,
+        wait: Wait,
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let keys = self.layout.keys(name, Some(attempt), &[]);
         let lease = lease_ms.to_string();
         let [session, version] = SessionTerm::args(session);
-        let args = self.layout.args(
+        let args = self.layout.acquire_args(
             name,
             holder,
-            wait_left_ms,
+            wait,
             &[&lease, attempt.as_str(), &session, &version],
         );
         let reply: Vec<Value> = self
@@ -248,7 +250,7 @@ impl Locks {
         let own = SessionTerm::renewal(lease_ms, session);
         let own: Vec<&str> = own.iter().map(String::as_str).collect();
         let keys = self.layout.keys(name, None, &[]);
-        let args = self.layout.args(name, holder, None, &own);
+        let args = self.layout.args(name, holder, &own);
         let reply: Vec<Value> = self
             .layout
             .store
@@ -324,7 +326,7 @@ impl Locks {
         own: &[&str],
     ) -> Result<Option<Released>, StoreError> {
         let keys = self.layout.keys(name, None, &[]);
-        let args = self.layout.args(name, holder, None, own);
+        let args = self.layout.args(name, holder, own);
         let reply: Vec<Value> = self.layout.store.write(script, &keys, &args).await?;
         match reply.as_slice() {
             [Value::Int(-1)] => Ok(None),
@@ -340,7 +342,7 @@ impl Locks {
     /// Removes the lock whoever holds it; true when it was held.
     pub async fn force_unlock(&self, name: &str) -> Result<bool, StoreError> {
         let keys = self.layout.keys(name, None, &[]);
-        let args = self.layout.args(name, "", None, &[]);
+        let args = self.layout.args(name, "", &[]);
         let removed: i64 = self
             .layout
             .store

@@ -17,8 +17,8 @@ pub mod rwlocks;
 pub mod semaphores;
 pub mod sessions;
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use redis::{FromRedisValue, Value};
 
@@ -263,27 +263,86 @@ impl Layout {
         keys
     }
 
-    /// The common arguments (wake channel, holder, queue grace, wait left),
-    /// then the script's own. An acquire's `wait_left_ms` is `None` for a
-    /// try (`wait_ms: 0`), which takes no queue place; a long-poll's keeps
-    /// its place for the time left plus the grace (`scripts/queue.lua`).
-    pub fn args(
-        &self,
-        name: &str,
-        holder: &str,
-        wait_left_ms: Option<u64>,
-        own: &[&str],
-    ) -> Vec<String> {
+    /// The common arguments (wake channel, holder, queue grace, and an
+    /// empty wait: the script is no acquire), then the script's own.
+    pub fn args(&self, name: &str, holder: &str, own: &[&str]) -> Vec<String> {
+        self.acquire_args(name, holder, Wait::default(), own)
+    }
+
+    /// An acquire's arguments: the common ones with its [`Wait`], then the
+    /// script's own.
+    pub fn acquire_args(&self, name: &str, holder: &str, wait: Wait, own: &[&str]) -> Vec<String> {
         let mut args = vec![
             self.wake_channel(name),
             holder.to_string(),
             self.queue_grace_ms
                 .map(|g| g.to_string())
                 .unwrap_or_default(),
-            wait_left_ms.map(|w| w.to_string()).unwrap_or_default(),
+            wait.arg(),
         ];
         args.extend(own.iter().map(|a| a.to_string()));
         args
+    }
+}
+
+/// What an acquire's try tells a queue kept in Redis about its request
+/// (`scripts/queue.lua`, ARGV[4]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wait {
+    /// The time the request may still wait, in ms: `None` for a try
+    /// (`wait_ms: 0`), which takes no place; a long-poll's try keeps its
+    /// place for the time left plus the grace.
+    pub left_ms: Option<u64>,
+    /// The ticket (place) the request's latest blocked reply gave; 0 for
+    /// none yet. When a DELETE of the holder removed that entry while the
+    /// request was open, the try takes no place again, is granted nothing,
+    /// and answers with no place, which ends the wait (see [`Ticket`]).
+    pub ticket: u64,
+}
+
+impl Wait {
+    /// ARGV[4]: '' (none), '<left>', or '<left>|<ticket>'.
+    fn arg(&self) -> String {
+        match (self.left_ms, self.ticket) {
+            (None, _) => String::new(),
+            (Some(left), 0) => left.to_string(),
+            (Some(left), ticket) => format!("{left}|{ticket}"),
+        }
+    }
+}
+
+impl From<Option<u64>> for Wait {
+    fn from(left_ms: Option<u64>) -> Self {
+        Wait { left_ms, ticket: 0 }
+    }
+}
+
+/// The ticket of one acquisition's place, as its latest blocked reply gave
+/// it (it changes only when Redis lost the queue), shared by its clones:
+/// every later try of the request sends it (see [`Wait`]).
+#[derive(Debug, Clone, Default)]
+pub struct Ticket(Arc<AtomicU64>);
+
+impl Ticket {
+    /// Runs one try with the [`Wait`] for `left_ms` and the ticket known so
+    /// far, and remembers the ticket its reply gives.
+    pub async fn tried<T, Fut>(
+        &self,
+        left_ms: Option<u64>,
+        attempt: impl FnOnce(Wait) -> Fut,
+    ) -> Result<Attempt<T>, StoreError>
+    where
+        Fut: Future<Output = Result<Attempt<T>, StoreError>>,
+    {
+        let ticket = self.0.load(Ordering::Relaxed);
+        let tried = attempt(Wait { left_ms, ticket }).await;
+        if let Ok(Attempt::Blocked(Blocked {
+            place: Some(place), ..
+        })) = &tried
+        {
+            self.0.store(place.ticket, Ordering::Relaxed);
+        }
+        tried
     }
 }
 
@@ -305,7 +364,7 @@ impl Layout {
         extra: &[&str],
     ) -> Result<bool, StoreError> {
         let keys = self.keys(name, Some(attempt), extra);
-        let args = self.args(name, holder, None, &[attempt.as_str(), UNDO_MARKER_MS]);
+        let args = self.args(name, holder, &[attempt.as_str(), UNDO_MARKER_MS]);
         let undone: i64 = self.store.write_repeatable(script, &keys, &args).await?;
         Ok(undone == 1)
     }
@@ -314,7 +373,7 @@ impl Layout {
     /// queue entry (`member`) now lapses one grace from now, so a client
     /// that polls again in time keeps its place.
     pub async fn leave(&self, name: &str, member: &str) -> Result<(), StoreError> {
-        let args = self.args(name, member, None, &[]);
+        let args = self.args(name, member, &[]);
         let keys = self.keys(name, None, &[]);
         let _: i64 = self
             .store

@@ -15,7 +15,7 @@
 use redis::Value;
 
 use super::locks::{LockGrant, LockKind, Locks};
-use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm};
+use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm, Wait};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Used when a blocker has no TTL at all (someone PERSISTed a key by
@@ -187,7 +187,14 @@ impl MultiLocks {
         for (done, &i) in order.iter().enumerate() {
             let tried = self
                 .locks
-                .try_acquire_in(&names[i], holder, lease_ms, None, attempt, session)
+                .try_acquire_in(
+                    &names[i],
+                    holder,
+                    lease_ms,
+                    Wait::default(),
+                    attempt,
+                    session,
+                )
                 .await;
             let outcome = match tried {
                 Ok(Attempt::Granted(grant)) => {

@@ -11,7 +11,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, queued};
+use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, Wait, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Read or write.
@@ -121,7 +121,7 @@ impl RwLocks {
         wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<RwGrant>, StoreError> {
-        let lease = (lease_ms, wait_left_ms);
+        let lease = (lease_ms, Wait::from(wait_left_ms));
         self.try_acquire_in(name, holder, mode, lease, attempt, None)
             .await
     }
@@ -134,16 +134,16 @@ impl RwLocks {
         name: &str,
         holder: &str,
         mode: Mode,
-        (lease_ms, wait_left_ms): (u64, Option<u64>),
+        (lease_ms, wait): (u64, Wait),
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<RwGrant>, StoreError> {
         let lease = lease_ms.to_string();
         let [session, version] = SessionTerm::args(session);
-        let args = self.layout.args(
+        let args = self.layout.acquire_args(
             name,
             holder,
-            wait_left_ms,
+            wait,
             &[mode.code(), &lease, attempt.as_str(), &session, &version],
         );
         let reply: Vec<Value> = self
@@ -203,7 +203,7 @@ impl RwLocks {
     ) -> Result<Option<RwGrant>, StoreError> {
         let own = SessionTerm::renewal(lease_ms, session);
         let own: Vec<&str> = own.iter().map(String::as_str).collect();
-        let args = self.layout.args(name, holder, None, &own);
+        let args = self.layout.args(name, holder, &own);
         let reply: Vec<Value> = self
             .layout
             .store
@@ -282,7 +282,7 @@ impl RwLocks {
         holder: &str,
         own: &[&str],
     ) -> Result<Option<RwReleased>, StoreError> {
-        let args = self.layout.args(name, holder, None, own);
+        let args = self.layout.args(name, holder, own);
         let reply: Vec<Value> = self
             .layout
             .store
@@ -305,7 +305,7 @@ impl RwLocks {
 
     /// Removes every hold; true when something was held.
     pub async fn force_unlock(&self, name: &str) -> Result<bool, StoreError> {
-        let args = self.layout.args(name, "", None, &[]);
+        let args = self.layout.args(name, "", &[]);
         let removed: i64 = self
             .layout
             .store
@@ -315,7 +315,7 @@ impl RwLocks {
     }
 
     pub async fn state(&self, name: &str) -> Result<RwState, StoreError> {
-        let args = self.layout.args(name, "", None, &[]);
+        let args = self.layout.args(name, "", &[]);
         let reply: Vec<Value> = self
             .layout
             .store

@@ -14,7 +14,7 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, queued};
+use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, Wait, queued};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A holder's hold: all its permits under one lease.
@@ -100,7 +100,7 @@ impl Semaphores {
         own: &[&str],
     ) -> Result<Vec<Value>, StoreError> {
         let keys = self.layout.keys(name, None, EXTRA);
-        let args = self.layout.args(name, holder, None, own);
+        let args = self.layout.args(name, holder, own);
         self.layout
             .store
             .write_repeatable(script, &keys, &args)
@@ -127,7 +127,7 @@ impl Semaphores {
         wait_left_ms: Option<u64>,
         attempt: &AttemptId,
     ) -> Result<Attempt<SemGrant>, StoreError> {
-        let lease = (lease_ms, wait_left_ms);
+        let lease = (lease_ms, Wait::from(wait_left_ms));
         self.try_acquire_in(name, holder, permits, lease, attempt, None)
             .await
     }
@@ -139,16 +139,16 @@ impl Semaphores {
         name: &str,
         holder: &str,
         permits: u64,
-        (lease_ms, wait_left_ms): (u64, Option<u64>),
+        (lease_ms, wait): (u64, Wait),
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<SemGrant>, StoreError> {
         let (permits, lease) = (permits.to_string(), lease_ms.to_string());
         let [session, version] = SessionTerm::args(session);
-        let args = self.layout.args(
+        let args = self.layout.acquire_args(
             name,
             holder,
-            wait_left_ms,
+            wait,
             &[&permits, &lease, attempt.as_str(), &session, &version],
         );
         let keys = self.layout.keys(name, Some(attempt), EXTRA);
@@ -284,7 +284,7 @@ impl Semaphores {
         own: &[&str],
     ) -> Result<i64, StoreError> {
         let keys = self.layout.keys(name, None, EXTRA);
-        let args = self.layout.args(name, holder, None, own);
+        let args = self.layout.args(name, holder, own);
         self.layout.store.write(script, &keys, &args).await
     }
 
@@ -301,7 +301,7 @@ impl Semaphores {
     /// gone. True when it was configured.
     pub async fn delete(&self, name: &str) -> Result<bool, StoreError> {
         let keys = self.layout.keys(name, None, EXTRA);
-        let args = self.layout.args(name, "", None, &[]);
+        let args = self.layout.args(name, "", &[]);
         let existed: i64 = self
             .layout
             .store

@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::locks::{LockGrant, LockKind, Locks};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
@@ -317,11 +317,30 @@ struct LockAcquisition {
     /// When the request stops waiting (a fair waiter's queue entry lasts
     /// until then plus the grace); `None` for a try, which takes no place.
     deadline: Option<Instant>,
+    /// The ticket of the request's place in the queue, once it has one.
+    ticket: Ticket,
 }
 
 impl LockAcquisition {
     fn grant(&self, grant: &LockGrant) -> Grant {
         Grant::new(&self.name.name, &self.holder, grant)
+    }
+
+    /// One try, in `session` or none.
+    async fn try_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<LockGrant>, StoreError> {
+        let left = Checked::wait_left_ms(self.deadline);
+        self.ticket
+            .tried(left, |wait| {
+                let (name, holder) = (&self.name.key, &self.holder);
+                self.locks
+                    .try_acquire_in(name, holder, lease_ms, wait, attempt, session)
+            })
+            .await
     }
 }
 
@@ -344,15 +363,7 @@ impl Acquisition for LockAcquisition {
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<LockGrant>, StoreError> {
-        self.locks
-            .try_acquire(
-                &self.name.key,
-                &self.holder,
-                self.lease_ms,
-                Checked::wait_left_ms(self.deadline),
-                attempt,
-            )
-            .await
+        self.try_in(attempt, self.lease_ms, None).await
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
@@ -399,17 +410,7 @@ impl Held for LockAcquisition {
         lease_ms: u64,
         session: SessionTerm<'_>,
     ) -> Result<Attempt<LockGrant>, StoreError> {
-        let wait_left = Checked::wait_left_ms(self.deadline);
-        self.locks
-            .try_acquire_in(
-                &self.name.key,
-                &self.holder,
-                lease_ms,
-                wait_left,
-                attempt,
-                Some(session),
-            )
-            .await
+        self.try_in(attempt, lease_ms, Some(session)).await
     }
 }
 
@@ -443,6 +444,7 @@ pub async fn acquire(
     let acquisition = LockAcquisition {
         locks: locks.clone(),
         deadline: checked.deadline(),
+        ticket: Ticket::default(),
         name: checked.name,
         holder: checked.holder,
         lease_ms: checked.lease_ms,

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::http::access::ScopedName;
 use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, QUEUED};
 use crate::http::longpoll::Acquisition;
@@ -138,6 +138,33 @@ struct RwAcquisition {
     lease_ms: u64,
     /// `None` for a try, which takes no queue place.
     deadline: Option<Instant>,
+    /// The ticket of the request's place in the queue, once it has one.
+    ticket: Ticket,
+}
+
+impl RwAcquisition {
+    /// One try, in `session` or none.
+    async fn try_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<RwGrant>, StoreError> {
+        let left = Checked::wait_left_ms(self.deadline);
+        self.ticket
+            .tried(left, |wait| {
+                let (name, holder) = (&self.name.key, &self.holder);
+                self.rwlocks.try_acquire_in(
+                    name,
+                    holder,
+                    self.mode,
+                    (lease_ms, wait),
+                    attempt,
+                    session,
+                )
+            })
+            .await
+    }
 }
 
 impl Acquisition for RwAcquisition {
@@ -156,16 +183,7 @@ impl Acquisition for RwAcquisition {
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RwGrant>, StoreError> {
-        self.rwlocks
-            .try_acquire(
-                &self.name.key,
-                &self.holder,
-                self.mode,
-                self.lease_ms,
-                Checked::wait_left_ms(self.deadline),
-                attempt,
-            )
-            .await
+        self.try_in(attempt, self.lease_ms, None).await
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
@@ -224,17 +242,7 @@ impl Held for RwAcquisition {
         lease_ms: u64,
         session: SessionTerm<'_>,
     ) -> Result<Attempt<RwGrant>, StoreError> {
-        let lease = (lease_ms, Checked::wait_left_ms(self.deadline));
-        self.rwlocks
-            .try_acquire_in(
-                &self.name.key,
-                &self.holder,
-                self.mode,
-                lease,
-                attempt,
-                Some(session),
-            )
-            .await
+        self.try_in(attempt, lease_ms, Some(session)).await
     }
 }
 
@@ -250,6 +258,7 @@ async fn acquire(
     let acquisition = RwAcquisition {
         rwlocks: state.rwlocks.clone(),
         deadline: checked.deadline(),
+        ticket: Ticket::default(),
         name: checked.name,
         holder: checked.holder,
         mode,

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::error::ProblemType;
 use crate::http::access::ScopedName;
 use crate::http::extract::Millis;
@@ -176,6 +176,33 @@ struct SemAcquisition {
     lease_ms: u64,
     /// `None` for a try, which takes no queue place.
     deadline: Option<Instant>,
+    /// The ticket of the request's place in the queue, once it has one.
+    ticket: Ticket,
+}
+
+impl SemAcquisition {
+    /// One try, in `session` or none.
+    async fn try_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<SemGrant>, StoreError> {
+        let left = Checked::wait_left_ms(self.deadline);
+        self.ticket
+            .tried(left, |wait| {
+                let (name, holder) = (&self.name.key, &self.holder);
+                self.semaphores.try_acquire_in(
+                    name,
+                    holder,
+                    self.permits,
+                    (lease_ms, wait),
+                    attempt,
+                    session,
+                )
+            })
+            .await
+    }
 }
 
 impl Acquisition for SemAcquisition {
@@ -194,16 +221,7 @@ impl Acquisition for SemAcquisition {
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<SemGrant>, StoreError> {
-        self.semaphores
-            .try_acquire(
-                &self.name.key,
-                &self.holder,
-                self.permits,
-                self.lease_ms,
-                Checked::wait_left_ms(self.deadline),
-                attempt,
-            )
-            .await
+        self.try_in(attempt, self.lease_ms, None).await
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
@@ -257,17 +275,7 @@ impl Held for SemAcquisition {
         lease_ms: u64,
         session: SessionTerm<'_>,
     ) -> Result<Attempt<SemGrant>, StoreError> {
-        let lease = (lease_ms, Checked::wait_left_ms(self.deadline));
-        self.semaphores
-            .try_acquire_in(
-                &self.name.key,
-                &self.holder,
-                self.permits,
-                lease,
-                attempt,
-                Some(session),
-            )
-            .await
+        self.try_in(attempt, lease_ms, Some(session)).await
     }
 }
 
@@ -364,6 +372,7 @@ pub async fn acquire(
     let acquisition = SemAcquisition {
         semaphores: state.semaphores.clone(),
         deadline: checked.deadline(),
+        ticket: Ticket::default(),
         name: checked.name,
         holder: checked.holder,
         permits,

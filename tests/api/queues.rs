@@ -604,3 +604,45 @@ async fn below_http_a_try_records_nothing_and_a_waiters_last_try_keeps_its_place
     let left = sems.leave_or_release("q", "w").await.unwrap().unwrap();
     assert!(left.left_queue && left.released_permits == 0);
 }
+
+/// A DELETE answered `left_queue: true` must leave the holder queued
+/// nowhere, even when its own long-poll is still open when the DELETE
+/// lands (a client that gives up sends its DELETE while its waiting
+/// connection is still being torn down, or on another instance). Seen: the
+/// leave's own wake message names tickets without the open waiter's, so
+/// the waiter tries again at once and takes a new place at the tail; when
+/// its client then goes away, that place is kept for the grace, and a try
+/// on the free object is refused with nobody waiting.
+#[tokio::test]
+async fn a_delete_during_the_holders_open_long_poll_leaves_no_place_behind() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut seen = Vec::new();
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "open", i).await;
+        q.hold(&app, &name, "a", 30000).await;
+        // x waits ahead (its long-poll ended; its place is kept).
+        assert_problem(q.wait(&app, &name, "x", 100).await, 409, q.busy()).await;
+        let body = json!({"holder": "w", "wait_ms": 10000});
+        let open = app.spawn_post(&q.path(&name, q.wait), body);
+        q.wait_for_waiters(&app, &name, 1).await;
+        let left = q.delete(&app, &name, "w").await;
+        assert_eq!(left.status(), 200, "{}", q.label);
+        let left: Value = left.json().await.unwrap();
+        assert_eq!(left, (q.left)(), "{}", q.label);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The client goes away; x leaves too; a lets go.
+        open.abort();
+        q.wait_for_waiters(&app, &name, 0).await;
+        assert_eq!(q.delete(&app, &name, "x").await.status(), 200);
+        q.release(&app, &name, "a").await;
+        let c = q.next(&app, &name, "c", 0).await;
+        let status = c.status().as_u16();
+        let body = c.text().await.unwrap();
+        seen.push((q.label, status, body));
+    }
+    assert!(
+        seen.iter().all(|(_, status, _)| *status == 201),
+        "(primitive, C's status, body) after w left: {seen:#?}"
+    );
+}

@@ -701,7 +701,7 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     use latchkey::coord::rwlocks::RwLocks;
     use latchkey::coord::semaphores::Semaphores;
     use latchkey::coord::sessions::{Hold, HoldKind, Sessions};
-    use latchkey::coord::{AttemptId, SessionTerm};
+    use latchkey::coord::{AttemptId, SessionTerm, Wait};
     use redis::AsyncCommands;
 
     let redis = redis();
@@ -738,7 +738,7 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
             "k",
             "h",
             terms.remaining_ms,
-            None,
+            Wait::default(),
             &AttemptId::new(),
             Some(term),
         )
@@ -1312,7 +1312,7 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
     use latchkey::coord::locks::{LockKind, Locks};
     use latchkey::coord::rwlocks::{Mode, RwLocks};
     use latchkey::coord::semaphores::Semaphores;
-    use latchkey::coord::{Attempt, AttemptId, SessionTerm};
+    use latchkey::coord::{Attempt, AttemptId, SessionTerm, Wait};
 
     let redis = redis();
     let store = test_store(&redis).await;
@@ -1329,19 +1329,26 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
     let id = || AttemptId::new();
     assert!(granted(
         locks
-            .try_acquire_in("k", "h", 10_000, None, &id(), term("s1", 5))
+            .try_acquire_in("k", "h", 10_000, Wait::default(), &id(), term("s1", 5))
             .await
             .unwrap()
     ));
     assert!(granted(
         rwlocks
-            .try_acquire_in("r", "h", Mode::Read, (10_000, None), &id(), term("s1", 5))
+            .try_acquire_in(
+                "r",
+                "h",
+                Mode::Read,
+                (10_000, Wait::default()),
+                &id(),
+                term("s1", 5)
+            )
             .await
             .unwrap()
     ));
     assert!(granted(
         semaphores
-            .try_acquire_in("p", "h", 1, (10_000, None), &id(), term("s1", 5))
+            .try_acquire_in("p", "h", 1, (10_000, Wait::default()), &id(), term("s1", 5))
             .await
             .unwrap()
     ));

@@ -13,7 +13,7 @@
 -- and otherwise what lock_release returns. When it leaves, the queue is
 -- woken: the new head is let go if the lock is free.
 local pruned = #prune() > 0
-local gone = leave_queue(ARGV[2])
+local gone = leave_queue(ARGV[2], true)
 if pruned or gone then
   wake(redis.call('EXISTS', KEYS[1]) == 0)
 end

@@ -28,7 +28,7 @@ local function admit(holder)
     wake(true)
   end
   local head = redis.call('ZRANGE', KEYS[4], 0, 0)
-  if not head[1] or head[1] == holder then
+  if (not head[1] or head[1] == holder) and not left_while_open(holder) then
     return nil
   end
   return waiting(holder, 0, true)

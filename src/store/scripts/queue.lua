@@ -7,6 +7,9 @@
 --                           entry is dropped: the end of its request's wait
 --                           plus the grace, so a waiter that polls again in
 --                           time keeps its place and a crashed one is dropped
+--                           A member that left by a DELETE leaves its
+--                           deadline behind as a mark '!<ticket>' (no
+--                           holder id starts with '!'; see leave_queue)
 -- KEYS[6]  tickets    counter of tickets handed out
 -- All three expire with the last deadline.
 -- ARGV[1]  wake channel
@@ -14,7 +17,9 @@
 -- ARGV[4]  time the request may still wait, in ms ('' where none). An
 --          acquire gets '' when it is a try (`wait_ms` 0): a try takes no
 --          place (see waiting); a long-poll's try at its deadline gets '0'
---          and keeps its place
+--          and keeps its place. A long-poll's tries after its first blocked
+--          reply send '<wait left>|<ticket>': the ticket its latest
+--          blocked reply gave (see left_while_open)
 --
 -- Wake messages on ARGV[1]: '<limit>|<due>|<t1>,<t2>,...[|<s1>,<s2>,...]'
 -- where t1.. are the first tickets of the queue in order (positions),
@@ -29,7 +34,18 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local SHOWN = 100
 
--- Drops the entries whose deadline has passed; returns them.
+-- ARGV[4] parsed once: the wait left ('' for none) and the ticket the
+-- request was given earlier (nil for none).
+local WAIT_LEFT, SENT_TICKET = ARGV[4] or '', nil
+do
+  local left, ticket = string.match(WAIT_LEFT, '^(%d*)|(%d+)$')
+  if left then
+    WAIT_LEFT, SENT_TICKET = left, tonumber(ticket)
+  end
+end
+
+-- Drops the entries (and marks) whose deadline has passed; returns the
+-- entries' members.
 local function prune()
   local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
   for i = 1, #gone, 1000 do
@@ -38,7 +54,13 @@ local function prune()
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
   end
-  return gone
+  local members = {}
+  for _, m in ipairs(gone) do
+    if string.sub(m, 1, 1) ~= '!' then
+      members[#members + 1] = m
+    end
+  end
+  return members
 end
 
 -- The queue's keys live exactly as long as its last entry.
@@ -91,20 +113,44 @@ local function enter(member)
     ticket = redis.call('INCR', KEYS[6])
     redis.call('ZADD', KEYS[4], ticket, member)
   end
-  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[4]) + tonumber(ARGV[3]), member)
+  redis.call('ZADD', KEYS[5], now + tonumber(WAIT_LEFT) + tonumber(ARGV[3]), member)
   expire_queue()
   return tonumber(ticket)
 end
 
--- Removes a member's entry (it was granted, or it left: see fair_leave,
--- rw_leave, sem_leave); true if it had one.
-local function leave_queue(member)
-  if redis.call('ZREM', KEYS[4], member) == 1 then
-    redis.call('ZREM', KEYS[5], member)
-    expire_queue()
-    return true
+-- Removes a member's entry (it was granted, or with `left` it left by a
+-- DELETE: see fair_leave, rw_leave, sem_leave); true if it had one. A
+-- member that left keeps its deadline as the mark '!<ticket>', so that a
+-- request of it still open learns it left (see left_while_open); the mark
+-- lasts as long as that request can.
+local function leave_queue(member, left)
+  local ticket = redis.call('ZSCORE', KEYS[4], member)
+  if not ticket then
+    return false
   end
-  return false
+  redis.call('ZREM', KEYS[4], member)
+  local deadline = redis.call('ZSCORE', KEYS[5], member)
+  redis.call('ZREM', KEYS[5], member)
+  if left and deadline then
+    redis.call('ZADD', KEYS[5], deadline, '!' .. ticket)
+  end
+  expire_queue()
+  return true
+end
+
+-- Did the member leave the queue while this request was open? True when
+-- the request sent the ticket an earlier try of it was given, the member
+-- has no entry with that ticket now, and a DELETE of the holder removed
+-- it (its mark '!<ticket>' is there: see leave_queue). An entry lost
+-- otherwise (Redis restarted empty) is taken again. Such a request takes
+-- no place again and is granted nothing: every acquire asks this before
+-- a free object would admit the member, and waiting answers it as a try
+-- (ticket 0), which ends its wait at once with "not acquired".
+local function left_while_open(member)
+  if not SENT_TICKET or tonumber(redis.call('ZSCORE', KEYS[4], member)) == SENT_TICKET then
+    return false
+  end
+  return redis.call('ZSCORE', KEYS[5], '!' .. SENT_TICKET) ~= false
 end
 
 -- A waiter's reply hint: `pttl` capped at half the grace, so that a client
@@ -135,7 +181,9 @@ end
 -- A long-poll keeps (or takes, at the tail) its place; a try (ARGV[4] '')
 -- takes none: nothing is recorded for it, its ticket is 0, and its
 -- position counts the waiters ahead of it (all of them, unless an earlier
--- long-poll of the same member left it a place).
+-- long-poll of the same member left it a place). A long-poll whose member
+-- left the queue while it was open (left_while_open) is answered like a
+-- try: ticket 0, which ends its wait.
 --
 -- retry_after_ms is the hint for clients (see hint), 0 only when a retry
 -- may succeed at once: the blocker's remaining lease; while free, the time
@@ -146,7 +194,7 @@ end
 -- when a free lock's head would lose its place.
 local function waiting(member, pttl, free)
   local ticket = 0
-  if ARGV[4] ~= '' then
+  if WAIT_LEFT ~= '' and not left_while_open(member) then
     ticket = enter(member)
   end
   local position = redis.call('ZRANK', KEYS[4], member) or redis.call('ZCARD', KEYS[4])

@@ -115,6 +115,12 @@ local function take()
   return grant_reply(mode, holder)
 end
 
+-- A waiter that left the queue while this request was open (queue.lua)
+-- is granted nothing, unless it re-enters a hold it has.
+if writer ~= holder and reads == 0 and left_while_open(member) then
+  return waiting(member, held_for(), false)
+end
+
 if mode == 'r' then
   if writer == holder or reads > 0 then
     return take()

@@ -19,7 +19,7 @@ refresh()
 local quitter, wanted = ARGV[2], ARGV[5]
 local gone
 for _, m in ipairs({'w', 'r'}) do
-  if (wanted == '' or wanted == m) and leave_queue(m .. '|' .. quitter) then
+  if (wanted == '' or wanted == m) and leave_queue(m .. '|' .. quitter, true) then
     gone = gone or m
   end
 end

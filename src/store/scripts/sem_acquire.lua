@@ -46,7 +46,13 @@ if redis.call('HEXISTS', KEYS[7], 'l|' .. holder) == 1 and session_of(KEYS[7], h
   return {-5}
 end
 local member = need .. '|' .. holder
-local _, _, go, overtakes = walk(member, need)
+-- A waiter that left the queue while this request was open (queue.lua)
+-- is granted nothing.
+local go, overtakes = false, false
+if not left_while_open(member) then
+  local _
+  _, _, go, overtakes = walk(member, need)
+end
 if not go then
   local free = available()
   local reply = waiting(member, first_lease_ends(), free > 0)

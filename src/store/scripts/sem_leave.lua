@@ -29,7 +29,7 @@ for first = 0, redis.call('ZCARD', KEYS[4]) - 1, 1000 do
 end
 local gone = false
 for _, member in ipairs(mine) do
-  gone = leave_queue(member) or gone
+  gone = leave_queue(member, true) or gone
 end
 if gone then
   wake()
