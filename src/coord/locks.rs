@@ -163,8 +163,7 @@ impl Locks {
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let keys = self.layout.keys(name, Some(attempt), &[]);
-        let lease = lease_ms.to_string();
-        let [session, version] = SessionTerm::args(session);
+        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
         let args = self.layout.args(
             name,
             holder,

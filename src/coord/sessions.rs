@@ -121,6 +121,9 @@ pub struct Terms {
     pub remaining_ms: u64,
     /// The version of the session's state that TTL comes from.
     pub version: u64,
+    /// When the session ends by that version (ms since the Unix epoch,
+    /// Redis's clock): what the hold's lease is counted to.
+    pub end_ms: u64,
 }
 
 /// A session renewed with every hold still attached to it.
@@ -159,6 +162,8 @@ fn attached(pairs: &[Value]) -> Result<Attached, StoreError> {
 struct Read {
     state: SessionState,
     version: u64,
+    /// When the session ends (ms, Redis's clock).
+    end_ms: u64,
     holds: Attached,
 }
 
@@ -227,13 +232,14 @@ impl Sessions {
         let reply: Vec<Value> = self.store.run(&scripts::SESSION_STATE, &key, &args).await?;
         match reply.as_slice() {
             [] => Ok(None),
-            [ttl, pttl, version, count, pairs @ ..] => Ok(Some(Read {
+            [ttl, pttl, version, count, end, pairs @ ..] => Ok(Some(Read {
                 state: SessionState {
                     ttl_ms: reply_u64(ttl, "ttl")?,
                     expires_in_ms: reply_u64(pttl, "pttl")?,
                     holds: reply_u64(count, "holds")?,
                 },
                 version: reply_u64(version, "version")?,
+                end_ms: reply_u64(end, "end")?,
                 holds: attached(pairs)?,
             })),
             other => Err(StoreError::reply("session_state", other)),
@@ -257,6 +263,7 @@ impl Sessions {
         Ok(self.read(id, false).await?.map(|read| Terms {
             remaining_ms: read.state.expires_in_ms,
             version: read.version,
+            end_ms: read.end_ms,
         }))
     }
 
@@ -371,18 +378,24 @@ impl Sessions {
     ) -> Result<Option<u64>, StoreError> {
         let fields: Vec<String> = holds.iter().map(Hold::field).collect();
         let reply: Vec<Value> = self.call(&scripts::SESSION_ATTACH, id, &fields).await?;
-        let (remaining, version) = match reply.as_slice() {
+        let (remaining, version, end_ms) = match reply.as_slice() {
             [Value::Int(0)] => return Ok(None),
-            [Value::Int(1), _ttl, pttl, version] => {
-                (reply_u64(pttl, "pttl")?, reply_u64(version, "version")?)
-            }
+            [Value::Int(1), _ttl, pttl, version, end] => (
+                reply_u64(pttl, "pttl")?,
+                reply_u64(version, "version")?,
+                reply_u64(end, "end")?,
+            ),
             other => return Err(StoreError::reply("session_attach", other)),
         };
         if version == read + 1 {
             // Nothing ran since the read: the holds end with the session.
             return Ok(Some(remaining));
         }
-        let term = SessionTerm { id, version };
+        let term = SessionTerm {
+            id,
+            version,
+            end_ms,
+        };
         let (gone, least) = self.renew_all(holds.iter(), remaining.max(1), term).await?;
         // A hold gone already: released by a DELETE of the session that
         // ran meanwhile (then the session is gone too), or by its holder
@@ -405,16 +418,21 @@ impl Sessions {
     ) -> Result<Option<Renewed>, StoreError> {
         let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self.call(&scripts::SESSION_HEARTBEAT, id, &[ttl]).await?;
-        let (ttl_ms, version, holds) = match reply.as_slice() {
+        let (ttl_ms, version, end_ms, holds) = match reply.as_slice() {
             [Value::Int(0)] => return Ok(None),
-            [Value::Int(1), ttl, version, pairs @ ..] => (
+            [Value::Int(1), ttl, version, end, pairs @ ..] => (
                 reply_u64(ttl, "ttl")?,
                 reply_u64(version, "version")?,
+                reply_u64(end, "end")?,
                 attached(pairs)?,
             ),
             other => return Err(StoreError::reply("session_heartbeat", other)),
         };
-        let term = SessionTerm { id, version };
+        let term = SessionTerm {
+            id,
+            version,
+            end_ms,
+        };
         let (gone, _) = self
             .renew_all(holds.iter().map(|(h, _)| h), ttl_ms, term)
             .await?;

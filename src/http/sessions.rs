@@ -204,6 +204,7 @@ impl<A: Held> InSession<A> {
         let term = SessionTerm {
             id,
             version: terms.version,
+            end_ms: terms.end_ms,
         };
         let lease = terms.remaining_ms.max(1);
         let grant = match self.inner.attempt_in(attempt, lease, term).await? {
