@@ -181,7 +181,10 @@ where
                 values.record(recorded);
                 // Formatted already (a line was written in it): the JSON
                 // layer adds the new values to its string itself.
-                if extensions.get_mut::<FormattedFields<JsonFields>>().is_none() {
+                if extensions
+                    .get_mut::<FormattedFields<JsonFields>>()
+                    .is_none()
+                {
                     return;
                 }
             }
@@ -201,7 +204,10 @@ where
         if let Some(scope) = ctx.event_scope(event) {
             for span in scope {
                 let mut extensions = span.extensions_mut();
-                if extensions.get_mut::<FormattedFields<JsonFields>>().is_some() {
+                if extensions
+                    .get_mut::<FormattedFields<JsonFields>>()
+                    .is_some()
+                {
                     continue;
                 }
                 let formatted = extensions.get_mut::<Recorded>().map(|r| r.format());
@@ -301,7 +307,8 @@ mod tests {
         });
         span.record("later", "recorded after a line");
         span.in_scope(|| tracing::info!("after the record"));
-        let unformatted = tracing::info_span!("request", route = "/x", later = tracing::field::Empty);
+        let unformatted =
+            tracing::info_span!("request", route = "/x", later = tracing::field::Empty);
         unformatted.record("later", 7u64);
         unformatted.in_scope(|| tracing::info!(answer = 42, "recorded before any line"));
     }

@@ -159,10 +159,12 @@ impl Locks {
     }
 
     /// [`Self::try_acquire`], or with `session` in a session: the hold
-    /// records it and the version `lease_ms` (its remaining TTL) comes
-    /// from. Refused with `SessionMismatch` when the holder holds the lock
-    /// in no session or another one. `wait` is the request's [`Wait`]: the
-    /// time it may still wait and the ticket its earlier tries were given.
+    /// records it and the version its end comes from, and its lease is
+    /// what is left until that end when the script runs (`lease_ms` is
+    /// unused then). Refused with `SessionMismatch` when the holder holds
+    /// the lock in no session or another one. `wait` is the request's
+    /// [`Wait`]: the time it may still wait and the ticket its earlier
+    /// tries were given.
     pub async fn try_acquire_in(
         &self,
         name: &str,
@@ -173,8 +175,7 @@ impl Locks {
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let keys = self.layout.keys(name, Some(attempt), &[]);
-        let lease = lease_ms.to_string();
-        let [session, version] = SessionTerm::args(session);
+        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
         let args = self.layout.acquire_args(
             name,
             holder,
@@ -236,10 +237,11 @@ impl Locks {
     }
 
     /// [`Self::heartbeat`], or with `session` that session's renewal of
-    /// the holder's hold for `lease_ms` (its remaining TTL): only a hold
-    /// taken in it counts (`Ok(None)` otherwise), and a hold that applied
-    /// a newer version keeps its end. The grant's `lease_ms` is what the
-    /// hold has left.
+    /// the holder's hold up to the session's end (`lease_ms` is unused
+    /// then): only a hold taken in it counts (`Ok(None)` otherwise, also
+    /// when the renewal came after the end, which ends the hold), and a
+    /// hold that applied a newer version keeps its end. The grant's
+    /// `lease_ms` is what the hold has left.
     pub async fn renew(
         &self,
         name: &str,

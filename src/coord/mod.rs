@@ -170,35 +170,51 @@ pub enum Refusal {
 /// (so that only this session renews and releases it on its behalf) and
 /// the version of the session's state the lease comes from: a hold keeps
 /// the newest version it applied and ignores older renewals, so a slow
-/// heartbeat never outruns a later one.
+/// heartbeat never outruns a later one. The hold's script takes as its
+/// lease the session's end (`end_ms`) less its own now, so a try or a
+/// renewal that reaches Redis late (a stall, a retry) never makes the hold
+/// outlive the session; one that arrives after the end ends the hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionTerm<'a> {
     /// The session's id, namespaced like an object name.
     pub id: &'a str,
     /// The version of the session's state the lease comes from.
     pub version: u64,
+    /// When the session ends by that version: ms since the Unix epoch on
+    /// the session's Redis clock.
+    pub end_ms: u64,
 }
 
 impl SessionTerm<'_> {
-    /// The two arguments an acquire script takes for it: the session and
-    /// its version (both '' for an acquire in no session).
-    pub(crate) fn args(term: Option<SessionTerm<'_>>) -> [String; 2] {
+    /// The lease argument of an acquire or heartbeat script and the two
+    /// arguments it takes for the session: in a session, the session's end
+    /// (ms, Redis clock: the script counts the lease from its own now),
+    /// the session and its version; else `lease_ms` and '' twice.
+    pub(crate) fn args(lease_ms: Option<u64>, term: Option<SessionTerm<'_>>) -> [String; 3] {
         match term {
-            Some(t) => [t.id.to_string(), t.version.to_string()],
-            None => [String::new(), String::new()],
+            Some(t) => [
+                t.end_ms.to_string(),
+                t.id.to_string(),
+                t.version.to_string(),
+            ],
+            None => [
+                lease_ms.map(|l| l.to_string()).unwrap_or_default(),
+                String::new(),
+                String::new(),
+            ],
         }
     }
 
     /// The own arguments of a primitive's heartbeat script: the lease (''
     /// to renew for the lease the hold has), then for a session's renewal
-    /// the session and the version its lease comes from.
+    /// (whose lease is the session's end, see [`Self::args`]) the session
+    /// and the version its end comes from.
     pub(crate) fn renewal(lease_ms: Option<u64>, term: Option<SessionTerm<'_>>) -> Vec<String> {
-        let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
-        let mut args = vec![lease];
-        if let Some(t) = term {
-            args.extend(Self::args(Some(t)));
+        let [lease, id, version] = Self::args(lease_ms, term);
+        match term {
+            Some(_) => vec![lease, id, version],
+            None => vec![lease],
         }
-        args
     }
 }
 

@@ -137,8 +137,7 @@ impl MultiLocks {
                 .acquire_in_order(names, holder, lease_ms, attempt, session)
                 .await;
         }
-        let lease = lease_ms.to_string();
-        let [id, version] = SessionTerm::args(session);
+        let [lease, id, version] = SessionTerm::args(Some(lease_ms), session);
         let own = [holder, &lease, attempt.as_str(), "", &id, &version];
         let reply: Vec<Value> = self
             .call(&scripts::MULTI_ACQUIRE, names, Some(attempt), own)

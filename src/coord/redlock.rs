@@ -286,8 +286,7 @@ impl RedLocks {
             self.key(name, "fence"),
             self.key(name, &format!("undone:{}", attempt.as_str())),
         ];
-        let lease = lease_ms.to_string();
-        let [id, version] = SessionTerm::args(session);
+        let [lease, id, version] = SessionTerm::args(Some(lease_ms), session);
         let args = [holder, &lease, attempt.as_str(), &id, &version];
         let (keys, args) = (&keys, &args);
         let answers = self
@@ -581,6 +580,9 @@ impl RedLocks {
         let started = Instant::now();
         let keys = [self.key(name, "")];
         let keys = &keys;
+        // A session's renewal that came after the session's end ended the
+        // hold on some node.
+        let ended = &std::sync::atomic::AtomicBool::new(false);
         let answers = self
             .on_every_node(self.all(), timeout, |node| async move {
                 let reply: Vec<Value> = node
@@ -593,6 +595,10 @@ impl RedLocks {
                         matches!(shortened, Value::Int(1)),
                     ))),
                     [Value::Int(0)] => Ok(None),
+                    [Value::Int(0), Value::Int(1)] => {
+                        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+                        Ok(None)
+                    }
                     other => Err(StoreError::reply("redlock_heartbeat", other)),
                 }
             })
@@ -604,9 +610,10 @@ impl RedLocks {
                 _ => None,
             })
             .collect();
-        if answers
-            .iter()
-            .any(|(_, r)| matches!(r, Ok(Some((_, _, true)))))
+        if ended.load(std::sync::atomic::Ordering::Relaxed)
+            || answers
+                .iter()
+                .any(|(_, r)| matches!(r, Ok(Some((_, _, true)))))
         {
             // It now ends earlier than it did: waiters look again.
             self.wake(name);

@@ -138,8 +138,7 @@ impl RwLocks {
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<RwGrant>, StoreError> {
-        let lease = lease_ms.to_string();
-        let [session, version] = SessionTerm::args(session);
+        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
         let args = self.layout.acquire_args(
             name,
             holder,

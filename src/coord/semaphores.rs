@@ -143,8 +143,8 @@ impl Semaphores {
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<SemGrant>, StoreError> {
-        let (permits, lease) = (permits.to_string(), lease_ms.to_string());
-        let [session, version] = SessionTerm::args(session);
+        let permits = permits.to_string();
+        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
         let args = self.layout.acquire_args(
             name,
             holder,

@@ -4,27 +4,32 @@
 //!
 //! A session's holds live in their own objects' hash slots, so on a Redis
 //! Cluster no script can reach them all. Instead, every attached hold's own
-//! lease is kept equal to the session's remaining TTL, and every hold
+//! lease ends when the session does: the session's scripts answer with its
+//! end (an absolute time on Redis's clock), which the hold's script counts
+//! its lease to when it runs (so a renewal delayed by a stall or a retry
+//! adds nothing, and one that comes after the end ends the hold), and
+//! every hold
 //! records its session (so that a session renews and releases only the
 //! holds taken in it, never another hold of the same holder id) and the
 //! newest version of the session's state it applied (the session hash's
 //! `v`, raised by every heartbeat and attach: a hold ignores a renewal
 //! older than what it has, so a slow heartbeat never outruns a later one):
 //!
-//! - each try of an acquire in a session reads the session's remaining
-//!   TTL and version ([`Sessions::terms`]), takes its hold with that TTL as
-//!   the lease in the session at that version, then
+//! - each try of an acquire in a session reads the session's end and
+//!   version ([`Sessions::terms`]), takes its hold until that end in the
+//!   session at that version, then
 //!   [`Sessions::attach`]es it: records it in the session (the caller gives
 //!   the hold back when the session is gone) and, only when a heartbeat or
-//!   another attach ran since the read, renews it for the session's
-//!   remaining TTL at the attach's version. Every step costs the same
+//!   another attach ran since the read, renews it up to the session's end
+//!   at the attach's version. Every step costs the same
 //!   however many holds the session has;
 //! - [`Sessions::heartbeat`] renews the session, then every attached hold
-//!   for the same TTL at its version, and forgets the holds that are gone
+//!   up to the session's new end at its version, and forgets the holds
+//!   that are gone
 //!   (or are no longer this session's);
-//! - when heartbeats stop, the session and its holds expire together (the
-//!   holds a few ms later: the time their renewal took), by the primitives'
-//!   own expiry;
+//! - when heartbeats stop, the session and its holds expire together (on a
+//!   Cluster, give or take the nodes' clock difference), by the
+//!   primitives' own expiry;
 //! - [`Sessions::delete`] releases every hold still taken in the session
 //!   with its primitive's release script (which wakes its waiters), then
 //!   removes the session.
@@ -121,6 +126,9 @@ pub struct Terms {
     pub remaining_ms: u64,
     /// The version of the session's state that TTL comes from.
     pub version: u64,
+    /// When the session ends by that version (ms since the Unix epoch,
+    /// Redis's clock): what the hold's lease is counted to.
+    pub end_ms: u64,
 }
 
 /// A session renewed with every hold still attached to it.
@@ -159,6 +167,8 @@ fn attached(pairs: &[Value]) -> Result<Attached, StoreError> {
 struct Read {
     state: SessionState,
     version: u64,
+    /// When the session ends (ms, Redis's clock).
+    end_ms: u64,
     holds: Attached,
 }
 
@@ -227,13 +237,14 @@ impl Sessions {
         let reply: Vec<Value> = self.store.run(&scripts::SESSION_STATE, &key, &args).await?;
         match reply.as_slice() {
             [] => Ok(None),
-            [ttl, pttl, version, count, pairs @ ..] => Ok(Some(Read {
+            [ttl, pttl, version, count, end, pairs @ ..] => Ok(Some(Read {
                 state: SessionState {
                     ttl_ms: reply_u64(ttl, "ttl")?,
                     expires_in_ms: reply_u64(pttl, "pttl")?,
                     holds: reply_u64(count, "holds")?,
                 },
                 version: reply_u64(version, "version")?,
+                end_ms: reply_u64(end, "end")?,
                 holds: attached(pairs)?,
             })),
             other => Err(StoreError::reply("session_state", other)),
@@ -257,10 +268,12 @@ impl Sessions {
         Ok(self.read(id, false).await?.map(|read| Terms {
             remaining_ms: read.state.expires_in_ms,
             version: read.version,
+            end_ms: read.end_ms,
         }))
     }
 
-    /// Renews `hold` for session `term` (`lease_ms`: its remaining TTL):
+    /// Renews `hold` for session `term` up to its end (`lease_ms`: about
+    /// what is left, which bounds how long a RedLock node is waited for):
     /// what the hold has left now, or `Ok(None)` when it is gone or no
     /// longer this session's (released, expired, taken again without the
     /// session or in another one).
@@ -356,9 +369,9 @@ impl Sessions {
     }
 
     /// Attaches holds just granted in session `id` (each taken with the
-    /// session's remaining TTL at version `read`, see [`Self::terms`]).
-    /// When a heartbeat or another attach ran since that read, it renews
-    /// them for the session's remaining TTL at the attach's version (a
+    /// session's end at version `read`, see [`Self::terms`]). When a
+    /// heartbeat or another attach ran since that read, it renews them up
+    /// to the session's end at the attach's version (a
     /// heartbeat may have changed the TTL without knowing of them).
     /// Returns what the holds have left (the grant's lease), or `Ok(None)`
     /// when the session no longer exists: the caller then gives the holds
@@ -371,18 +384,24 @@ impl Sessions {
     ) -> Result<Option<u64>, StoreError> {
         let fields: Vec<String> = holds.iter().map(Hold::field).collect();
         let reply: Vec<Value> = self.call(&scripts::SESSION_ATTACH, id, &fields).await?;
-        let (remaining, version) = match reply.as_slice() {
+        let (remaining, version, end_ms) = match reply.as_slice() {
             [Value::Int(0)] => return Ok(None),
-            [Value::Int(1), _ttl, pttl, version] => {
-                (reply_u64(pttl, "pttl")?, reply_u64(version, "version")?)
-            }
+            [Value::Int(1), _ttl, pttl, version, end] => (
+                reply_u64(pttl, "pttl")?,
+                reply_u64(version, "version")?,
+                reply_u64(end, "end")?,
+            ),
             other => return Err(StoreError::reply("session_attach", other)),
         };
         if version == read + 1 {
             // Nothing ran since the read: the holds end with the session.
             return Ok(Some(remaining));
         }
-        let term = SessionTerm { id, version };
+        let term = SessionTerm {
+            id,
+            version,
+            end_ms,
+        };
         let (gone, least) = self.renew_all(holds.iter(), remaining.max(1), term).await?;
         // A hold gone already: released by a DELETE of the session that
         // ran meanwhile (then the session is gone too), or by its holder
@@ -394,7 +413,8 @@ impl Sessions {
     }
 
     /// Renews session `id` (for `ttl_ms`, or the ttl it has), then every
-    /// hold attached to it for the same TTL, and forgets the holds that
+    /// hold attached to it up to the session's new end, and forgets the
+    /// holds that
     /// are gone (or were taken again without the session, or in another).
     /// `Ok(None)` when the session does not exist. An error when some hold
     /// could not be renewed: the session was, and a retry renews the rest.
@@ -405,16 +425,21 @@ impl Sessions {
     ) -> Result<Option<Renewed>, StoreError> {
         let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self.call(&scripts::SESSION_HEARTBEAT, id, &[ttl]).await?;
-        let (ttl_ms, version, holds) = match reply.as_slice() {
+        let (ttl_ms, version, end_ms, holds) = match reply.as_slice() {
             [Value::Int(0)] => return Ok(None),
-            [Value::Int(1), ttl, version, pairs @ ..] => (
+            [Value::Int(1), ttl, version, end, pairs @ ..] => (
                 reply_u64(ttl, "ttl")?,
                 reply_u64(version, "version")?,
+                reply_u64(end, "end")?,
                 attached(pairs)?,
             ),
             other => return Err(StoreError::reply("session_heartbeat", other)),
         };
-        let term = SessionTerm { id, version };
+        let term = SessionTerm {
+            id,
+            version,
+            end_ms,
+        };
         let (gone, _) = self
             .renew_all(holds.iter().map(|(h, _)| h), ttl_ms, term)
             .await?;

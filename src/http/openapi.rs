@@ -54,8 +54,9 @@ use crate::error::Problem;
             every hold attached to it, and when the session expires or is deleted every hold is \
             released and its waiters woken. Each hold keeps its own holder id and fencing token. \
             The holds live in their own objects' Redis keys (hash slots, on a Cluster), so the \
-            service keeps each hold's lease equal to the session's remaining TTL rather than \
-            changing them all in one step: on expiry they end together (within a few ms), and \
+            service makes each hold's lease end at the session's end (on Redis's clock) rather \
+            than changing them all in one step: on expiry they end together (on a Cluster, give \
+            or take the difference between its nodes' clocks), and \
             waiters see them end no later than their re-check bound."),
         (name = "rate-limiters", description = "Rate limiters (Redisson RRateLimiter): `rate` \
             permits per `per_ms`, at most `burst` at once, by GCRA on Redis's clock: over any \

@@ -138,7 +138,8 @@ pub trait Held: Acquisition {
     fn holds(&self) -> Vec<Hold>;
 
     /// One try, as [`Acquisition::attempt`], in `session`: with
-    /// `lease_ms` (the session's remaining TTL) as the lease, recording
+    /// `lease_ms` (the session's remaining TTL; the hold's script counts
+    /// its lease to the session's end, `session.end_ms`), recording
     /// the session (at the version that TTL comes from) in the hold.
     fn attempt_in(
         &self,
@@ -169,8 +170,8 @@ pub async fn respond<A: Held>(
     }
 }
 
-/// An acquire in a session: each try reads the session's remaining TTL
-/// and version (`Sessions::terms`, 404 when there is no such session),
+/// An acquire in a session: each try reads the session's remaining TTL,
+/// end and version (`Sessions::terms`, 404 when there is no such session),
 /// takes the hold in the session with that TTL as its lease, then attaches
 /// it to the session (see `Sessions::attach`). A session that ended
 /// meanwhile gets the grant given back and the request refused (404). All
@@ -191,8 +192,8 @@ impl<A: Held> InSession<A> {
         }
     }
 
-    /// Reads the session's remaining TTL and version, takes the hold in
-    /// the session with that TTL as its lease, and attaches it.
+    /// Reads the session's end and version, takes the hold in the session
+    /// until that end, and attaches it.
     async fn try_in_session(
         &self,
         attempt: &AttemptId,
@@ -204,6 +205,7 @@ impl<A: Held> InSession<A> {
         let term = SessionTerm {
             id,
             version: terms.version,
+            end_ms: terms.end_ms,
         };
         let lease = terms.remaining_ms.max(1);
         let grant = match self.inner.attempt_in(attempt, lease, term).await? {

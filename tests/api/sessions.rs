@@ -732,6 +732,7 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
     let term = SessionTerm {
         id: "s1",
         version: terms.version,
+        end_ms: terms.end_ms,
     };
     locks
         .try_acquire_in(
@@ -1322,14 +1323,32 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
     );
     let semaphores = Semaphores::new(store.clone(), 1000);
     semaphores.set("p", 2).await.unwrap();
-    let term = |id, version| Some(SessionTerm { id, version });
+    // The session's end, `lease` ms from now (this machine's clock is
+    // Redis's).
+    let term = |id, version, lease: u64| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        Some(SessionTerm {
+            id,
+            version,
+            end_ms: now.as_millis() as u64 + lease,
+        })
+    };
     fn granted<T>(attempt: Attempt<T>) -> bool {
         matches!(attempt, Attempt::Granted(_))
     }
     let id = || AttemptId::new();
     assert!(granted(
         locks
-            .try_acquire_in("k", "h", 10_000, Wait::default(), &id(), term("s1", 5))
+            .try_acquire_in(
+                "k",
+                "h",
+                10_000,
+                Wait::default(),
+                &id(),
+                term("s1", 5, 10_000)
+            )
             .await
             .unwrap()
     ));
@@ -1341,20 +1360,27 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
                 Mode::Read,
                 (10_000, Wait::default()),
                 &id(),
-                term("s1", 5)
+                term("s1", 5, 10_000)
             )
             .await
             .unwrap()
     ));
     assert!(granted(
         semaphores
-            .try_acquire_in("p", "h", 1, (10_000, Wait::default()), &id(), term("s1", 5))
+            .try_acquire_in(
+                "p",
+                "h",
+                1,
+                (10_000, Wait::default()),
+                &id(),
+                term("s1", 5, 10_000)
+            )
             .await
             .unwrap()
     ));
 
     // Another session's renewal and release find nothing of theirs.
-    let other = term("s2", 9);
+    let other = term("s2", 9, 60_000);
     assert!(
         locks
             .renew("k", "h", Some(60_000), other)
@@ -1387,7 +1413,11 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
     let lease = |old: bool| {
         (
             if old { 60_000 } else { 2000 },
-            term("s1", if old { 4 } else { 6 }),
+            term(
+                "s1",
+                if old { 4 } else { 6 },
+                if old { 60_000 } else { 2000 },
+            ),
         )
     };
     for old in [true, false] {
@@ -1434,4 +1464,60 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
     assert!(!locks.state("k").await.unwrap().locked);
     assert_eq!(rwlocks.state("r").await.unwrap().readers, 0);
     assert_eq!(semaphores.state("p").await.unwrap().unwrap().available, 2);
+}
+
+/// Redis stalls (`CLIENT PAUSE`) between a session heartbeat's renewal of
+/// the session and its renewal of the session's holds: here a path to
+/// Redis 200 ms slower each way, and a 1.5 s pause that starts after the
+/// session script ran, before the hold's renewal reaches Redis. The
+/// session ends 3 s after its renewal ran; its hold must not outlive it by
+/// the length of the stall (the README: "never outlives its session by
+/// more than a few ms"), as it does when the renewal, run after the stall,
+/// counts the session's full TTL from then.
+#[tokio::test]
+async fn a_stall_between_a_session_heartbeat_and_its_renewals_does_not_extend_the_holds() {
+    let redis = redis();
+    let proxy = DelayProxy::start(redis.port(), Duration::from_millis(200)).await;
+    let fast = spawn_app(test_config(&redis)).await;
+    let slow = spawn_app(Config {
+        redis_connect_timeout_ms: 3000,
+        redis_response_timeout_ms: 6000,
+        ..test_config_for(vec![proxy.url()])
+    })
+    .await;
+    let s = session(&fast, 3000).await;
+    granted(
+        &fast,
+        "/locks/st-lock/acquire",
+        json!({"holder": "w", "session": s}),
+    )
+    .await;
+    let path = format!("/sessions/{s}/heartbeat");
+    // Once through the slow instance, so that its scripts are loaded.
+    assert_eq!(slow.post(&path, json!({})).await.status(), 200);
+    let started = Instant::now();
+    let beat = slow.spawn_post(&path, json!({}));
+    // The session script runs at about +200 ms, its reply is back at about
+    // +400 ms, and the hold's renewal reaches Redis at about +600 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("ALL")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(beat.await.unwrap().status(), 200);
+    tokio::time::sleep(Duration::from_millis(3700).saturating_sub(started.elapsed())).await;
+    assert_eq!(
+        get(&fast, &format!("/sessions/{s}")).await.0,
+        404,
+        "the session ended about 3.2 s after the heartbeat was sent"
+    );
+    let lock = fast.state("st-lock").await;
+    assert_eq!(
+        lock["locked"], false,
+        "the hold outlived its session by the stall: {lock}"
+    );
 }

@@ -53,16 +53,18 @@ local function newer(sv, version)
 end
 
 -- Records in a hold just taken or renewed in `session` ('' for none) the
--- version applied and when the session ends by it.
-local function in_session(hash, session, version, lease)
+-- version applied and when the session ends by it (`ends`, ms).
+local function in_session(hash, session, version, ends)
   if session ~= '' then
-    redis.call('HSET', hash, 's', session, 'sv', version, 'se', clock_ms() + tonumber(lease))
+    redis.call('HSET', hash, 's', session, 'sv', version, 'se', ends)
   end
 end
 
 -- Takes the lock, or re-enters it as its holder, in `session` ('' for
 -- none; `version`: the version of the session's state the lease comes
--- from, '' without a session).
+-- from, '' without a session). In a session `lease` is the session's end
+-- (ms, Redis clock) and the hold's lease what is left of it now (1 ms
+-- when nothing is: the session is gone, and so is the hold by then).
 -- Returns {1, token, hold_count, lease_ms} (a repeat of the attempt returns
 -- its first grant), {0, ...} the hook's reply when it must wait (plain
 -- locks: {0, pttl of the holder's lease}), {-1} when the attempt was
@@ -75,6 +77,10 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
   if redis.call('EXISTS', marker) == 1 then
     return {-1}
   end
+  local ends = lease
+  if session ~= '' then
+    lease = math.max(tonumber(ends) - clock_ms(), 1)
+  end
   local attempt = 'a:' .. id
   local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', attempt, 's', 'sv')
   if not h[1] then
@@ -86,7 +92,7 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
     redis.call('HSET', hash, 'holder', holder, 'count', 1, 'token', token,
       'lease', lease, attempt, 1)
     redis.call('PEXPIRE', hash, lease)
-    in_session(hash, session, version, lease)
+    in_session(hash, session, version, ends)
     on_grant(holder)
     return {1, token, 1, tonumber(lease)}
   end
@@ -106,7 +112,7 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
   end
   redis.call('HSET', hash, 'lease', lease)
   set_lease(hash, channel, lease)
-  in_session(hash, session, version, lease)
+  in_session(hash, session, version, ends)
   return {1, tonumber(h[3]), count, tonumber(lease)}
 end
 
@@ -171,12 +177,16 @@ end
 -- Renews the holder's lease: to `lease` ms, or ('') for the lease it has;
 -- a hold taken in a session no further than the session's end (se).
 -- With `session` it is that session's renewal instead (`lease` is the
--- session's remaining TTL, `version` the version of the session's state it
--- comes from): only a hold taken in that session counts, and a renewal of
+-- session's end, ms on Redis's clock, `version` the version of the
+-- session's state it comes from): the hold's lease becomes what is left
+-- until that end, and a renewal that arrives after it (delayed by a stall,
+-- or retried) ends the hold now as an expiry would (waiters woken, fence
+-- untouched). Only a hold taken in that session counts, and a renewal of
 -- an older version than the hold has applied changes nothing.
 -- Returns {1, token, hold_count, lease_ms} (lease_ms: what the hold now has
--- left), or {0} when not held by it (or, for a session, not in it). An
--- expired hold cannot be revived: the hash is gone.
+-- left), or {0} when not held by it (or, for a session, not in it, or
+-- ended by this renewal). An expired hold cannot be revived: the hash is
+-- gone.
 local function renew(hash, channel, holder, lease, session, version)
   local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', 's', 'sv', 'se')
   if h[1] ~= holder or (session and h[5] ~= session) then
@@ -185,8 +195,14 @@ local function renew(hash, channel, holder, lease, session, version)
   local reply = {1, tonumber(h[3]), tonumber(h[2])}
   if session then
     if newer(h[6], version) then
-      redis.call('HSET', hash, 'lease', lease)
-      set_lease(hash, channel, lease)
+      local left = tonumber(lease) - clock_ms()
+      if left <= 0 then
+        redis.call('DEL', hash)
+        on_free(channel)
+        return {0}
+      end
+      redis.call('HSET', hash, 'lease', left)
+      set_lease(hash, channel, left)
       in_session(hash, session, version, lease)
     end
     reply[4] = math.max(redis.call('PTTL', hash), 0)

@@ -5,11 +5,12 @@
 --
 -- KEYS[1]  lock hash, KEYS[2] fence, KEYS[3] marker of this attempt
 -- ARGV[2]  holder id
--- ARGV[5]  lease in milliseconds
+-- ARGV[5]  lease in milliseconds (in a session: the session's end, ms on
+--          Redis's clock; the lease is what is left of it)
 -- ARGV[6]  attempt id (unique per try)
 -- ARGV[7]  the session the hold is taken in, or '' for none
--- ARGV[8]  the version of the session's state the lease (its remaining
---          TTL) comes from, or '' for none
+-- ARGV[8]  the version of the session's state that end comes from, or ''
+--          for none
 --
 -- Returns  {1, token, hold_count, lease_ms}  granted (new or reentrant)
 --          {0, retry_after_ms, ...}          must wait: the hook's reply

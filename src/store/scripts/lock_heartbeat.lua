@@ -6,7 +6,7 @@
 -- ARGV[1]  wake channel
 -- ARGV[2]  holder id
 -- ARGV[5]  new lease in milliseconds, or '' to renew for the lease it has
---          (a session's renewal: the session's remaining TTL)
+--          (a session's renewal: the session's end, ms on Redis's clock)
 -- ARGV[6]  only for a session's renewal: the session
 -- ARGV[7]  only for a session's renewal: the version of the session's
 --          state ARGV[5] comes from
@@ -17,5 +17,7 @@
 --                                            session)
 --          {0}                               not held by this holder (or not
 --                                            in that session): released,
---                                            expired or never taken
+--                                            expired or never taken; or
+--                                            ended by a session's renewal
+--                                            that came after its end
 return renew(KEYS[1], ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7])

@@ -8,7 +8,8 @@
 -- KEYS[3i-2], KEYS[3i-1], KEYS[3i]  lock i's hash, fence and this
 --          attempt's marker (the hash again where the script has no attempt)
 -- ARGV[1]  holder id
--- ARGV[2]  lease in milliseconds ('' where none)
+-- ARGV[2]  lease in milliseconds ('' where none; an acquire in a session:
+--          the session's end, ms on Redis's clock, see acquire in lock.lua)
 -- ARGV[3]  attempt id ('' where none)
 -- ARGV[4]  marker lifetime in milliseconds ('' where none)
 -- ARGV[5]  the session the holds are taken in ('' for none, or where the

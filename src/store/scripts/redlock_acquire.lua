@@ -13,11 +13,13 @@
 --                     never expires)
 -- KEYS[3]  tombstone  {prefix}{name}:redlock:undone:<attempt id>
 -- ARGV[1]  holder id
--- ARGV[2]  lease in milliseconds
+-- ARGV[2]  lease in milliseconds (in a session: the session's end, ms on
+--          the session's Redis clock; the lease here is what is left of it
+--          on this node's clock, 1 ms when nothing is)
 -- ARGV[3]  attempt id (unique per try)
 -- ARGV[4]  the session the hold is taken in, or '' for none
--- ARGV[5]  the version of the session's state the lease (its remaining
---          TTL) comes from, or '' for none
+-- ARGV[5]  the version of the session's state that end comes from, or ''
+--          for none
 --
 -- Returns  {1, token}   granted here: a new hold whose token is this node's
 --                       next counter value
@@ -38,20 +40,24 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-1}
 end
 local session, version = ARGV[4] or '', ARGV[5]
--- Records the session and when it ends by `version` (this node's clock).
+local lease = ARGV[2]
+if session ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  lease = math.max(tonumber(ARGV[2]) - now, 1)
+end
+-- Records the session and when it ends by `version`.
 local function in_session()
   if session ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('HSET', KEYS[1], 's', session, 'sv', version, 'se', now + tonumber(ARGV[2]))
+    redis.call('HSET', KEYS[1], 's', session, 'sv', version, 'se', ARGV[2])
   end
 end
 local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'attempt', 's', 'sv')
 if not h[1] then
   local token = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', token, 'lease', ARGV[2],
+  redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', token, 'lease', lease,
     'attempt', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], lease)
   in_session()
   return {1, token}
 end
@@ -65,8 +71,8 @@ if (h[4] or '') ~= session then
   return {-5}
 end
 if session == '' or tonumber(version) >= tonumber(h[5]) then
-  redis.call('HSET', KEYS[1], 'lease', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('HSET', KEYS[1], 'lease', lease)
+  redis.call('PEXPIRE', KEYS[1], lease)
   in_session()
 end
 return {2, tonumber(h[2])}

@@ -4,7 +4,9 @@
 -- KEYS[1]  lock hash  {prefix}{name}:redlock (fields: redlock_acquire.lua)
 -- ARGV[1]  holder id
 -- ARGV[2]  new lease in milliseconds, or '' to renew for the lease it has
---          (a session's renewal: the session's remaining TTL)
+--          (a session's renewal: the session's end, ms on the session's
+--          Redis clock; the lease here is what is left of it on this
+--          node's clock)
 -- ARGV[3]  only for a session's renewal: the session
 -- ARGV[4]  only for a session's renewal: the version of the session's
 --          state ARGV[2] comes from
@@ -17,6 +19,10 @@
 --                                expired, lost with the node's data, or
 --                                never taken), or for a session's renewal
 --                                not in that session
+--          {0, 1}                a session's renewal that came after the
+--                                session's end (a stall, a retry): the
+--                                hold here ended now, as its expiry would
+--                                (the service wakes the waiters)
 --
 -- Invariants: only the holder extends its hold; an expired hold cannot be
 -- revived (the hash is gone); a hold taken in a session is renewed by a
@@ -35,7 +41,12 @@ if session then
   if tonumber(ARGV[4]) < tonumber(h[5] or '0') then
     return {1, tonumber(h[2]), math.max(before, 0), 0}
   end
-  redis.call('HSET', KEYS[1], 'sv', ARGV[4], 'se', now + tonumber(lease))
+  lease = tonumber(lease) - now
+  if lease <= 0 then
+    redis.call('DEL', KEYS[1])
+    return {0, 1}
+  end
+  redis.call('HSET', KEYS[1], 'sv', ARGV[4], 'se', ARGV[2])
 elseif lease == '' then
   lease = h[3]
 end

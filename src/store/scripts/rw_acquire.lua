@@ -2,11 +2,13 @@
 -- Runs after queue.lua and rw.lua (keys and common arguments there).
 --
 -- ARGV[5]  'r' or 'w'
--- ARGV[6]  lease in milliseconds
+-- ARGV[6]  lease in milliseconds (in a session: the session's end, ms on
+--          Redis's clock; the lease is what is left of it, 1 ms when
+--          nothing is: the session is gone, and so is the hold by then)
 -- ARGV[7]  attempt id (unique per try)
 -- ARGV[8]  the session the hold is taken in, or '' for none
--- ARGV[9]  the version of the session's state the lease (its remaining
---          TTL) comes from, or '' for none
+-- ARGV[9]  the version of the session's state that end comes from, or ''
+--          for none
 --
 -- Returns  {1, token, hold_count, lease_ms, mode, read_count, write_count}
 --                   granted (a repeat of the attempt returns its grant)
@@ -45,6 +47,9 @@ local writer = redis.call('HGET', KEYS[1], 'w')
 local reads = tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0')
 local readers = redis.call('ZCARD', KEYS[7])
 local session, version = ARGV[8] or '', ARGV[9]
+if session ~= '' then
+  lease = math.max(lease - now, 1)
+end
 if (writer == holder or reads > 0) and session_of(KEYS[1], holder) ~= session then
   return {-5}
 end

@@ -3,7 +3,8 @@
 -- Runs after queue.lua and rw.lua (keys and common arguments there).
 --
 -- ARGV[5]  new lease in milliseconds, or '' to renew each hold for the
---          lease it has (a session's renewal: the session's remaining TTL)
+--          lease it has (a session's renewal: the session's end, ms on
+--          Redis's clock)
 -- ARGV[6]  only for a session's renewal: the session
 -- ARGV[7]  only for a session's renewal: the version of the session's
 --          state ARGV[5] comes from
@@ -12,7 +13,9 @@
 --          (mode 'w' when the holder writes; lease_ms: what that hold has
 --          left now), or {0} when it holds nothing (released, expired or
 --          never taken: an expired hold cannot be revived) or, for a
---          session's renewal, holds nothing in that session.
+--          session's renewal, holds nothing in that session, or came after
+--          the session's end (a stall, a retry): that ends the holder's
+--          holds now, as their expiry would.
 --
 -- A direct heartbeat renews holds taken in a session no further than the
 -- session's end; a session's renewal of an older version than the holds
@@ -28,8 +31,20 @@ end
 if not session then
   extend(holder, tonumber(lease), session_end(KEYS[1], holder))
 elseif newer(KEYS[1], holder, version) then
-  in_session(KEYS[1], holder, session, version, tonumber(lease))
-  extend(holder, tonumber(lease), nil)
+  local left = tonumber(lease) - now
+  if left <= 0 then
+    if writes then
+      drop_writer()
+    end
+    if reads then
+      drop_reader(holder)
+    end
+    expire_holds()
+    wake()
+    return {0}
+  end
+  in_session(KEYS[1], holder, session, version, left)
+  extend(holder, left, nil)
 end
 expire_holds()
 local mode = writes and 'w' or 'r'

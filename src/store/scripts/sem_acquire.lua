@@ -3,11 +3,14 @@
 -- Runs after queue.lua and sem.lua (keys and common arguments there).
 --
 -- ARGV[5]  permits wanted (k ≥ 1)
--- ARGV[6]  lease in milliseconds (the whole hold's lease from now on)
+-- ARGV[6]  lease in milliseconds (the whole hold's lease from now on; in a
+--          session: the session's end, ms on Redis's clock, and the lease
+--          what is left of it, 1 ms when nothing is: the session is gone,
+--          and so is the hold by then)
 -- ARGV[7]  attempt id (unique per try)
 -- ARGV[8]  the session the hold is taken in, or '' for none
--- ARGV[9]  the version of the session's state the lease (its remaining
---          TTL) comes from, or '' for none
+-- ARGV[9]  the version of the session's state that end comes from, or ''
+--          for none
 --
 -- Returns  {1, token, permits, lease_ms, grants}  granted: the holder's
 --                   total permits (a repeat of the attempt returns it again)
@@ -42,6 +45,9 @@ if need > permits then
 end
 refresh()
 local session, version = ARGV[8] or '', ARGV[9]
+if session ~= '' then
+  lease = math.max(lease - now, 1)
+end
 if redis.call('HEXISTS', KEYS[7], 'l|' .. holder) == 1 and session_of(KEYS[7], holder) ~= session then
   return {-5}
 end

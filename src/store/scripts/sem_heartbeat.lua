@@ -3,7 +3,7 @@
 -- Runs after queue.lua and sem.lua (keys and common arguments there).
 --
 -- ARGV[5]  new lease in milliseconds, or '' to renew for the lease it has
---          (a session's renewal: the session's remaining TTL)
+--          (a session's renewal: the session's end, ms on Redis's clock)
 -- ARGV[6]  only for a session's renewal: the session
 -- ARGV[7]  only for a session's renewal: the version of the session's
 --          state ARGV[5] comes from
@@ -12,7 +12,9 @@
 --          has left now), or {0} when the holder holds nothing (released,
 --          expired or never granted: an expired hold cannot be revived, its
 --          permits may already be taken) or, for a session's renewal,
---          nothing in that session.
+--          nothing in that session, or the renewal came after the
+--          session's end (a stall, a retry): that ends the hold now, as
+--          its expiry would.
 --
 -- A direct heartbeat renews a hold taken in a session no further than the
 -- session's end; a session's renewal of an older version than the hold has
@@ -36,9 +38,16 @@ if not session then
   end
   set_deadline(holder, deadline)
 elseif newer(KEYS[7], holder, version) then
-  redis.call('HSET', KEYS[7], 'l|' .. holder, lease)
-  in_session(KEYS[7], holder, session, version, tonumber(lease))
-  set_deadline(holder, now + tonumber(lease))
+  local left = tonumber(lease) - now
+  if left <= 0 then
+    drop_holder(holder)
+    expire_holds()
+    wake()
+    return {0}
+  end
+  redis.call('HSET', KEYS[7], 'l|' .. holder, left)
+  in_session(KEYS[7], holder, session, version, left)
+  set_deadline(holder, now + left)
 end
 expire_holds()
 local reply = grant_reply(holder)

@@ -25,6 +25,12 @@
 
 local RESERVED = 2
 
+-- When the session ends: its expiry, ms since the Unix epoch on Redis's
+-- clock (what its holds' scripts count their leases to).
+local function ends()
+  return math.max(redis.call('PEXPIRETIME', KEYS[1]), 0)
+end
+
 -- How many holds are attached (O(1)).
 local function count()
   return redis.call('HLEN', KEYS[1]) - RESERVED

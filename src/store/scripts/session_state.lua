@@ -3,7 +3,8 @@
 --
 -- ARGV[1]  'holds' to list the attached holds too (deletion), else ''
 --
--- Returns  {ttl, pttl, version, holds} (holds: how many are attached), then
+-- Returns  {ttl, pttl, version, holds, end} (holds: how many are attached;
+--          end: when the session ends, ms on Redis's clock), then
 --          with 'holds' every attached hold as field, value, ...; or {}
 --          when the session does not exist
 local h = redis.call('HMGET', KEYS[1], 'ttl', 'v')
@@ -12,7 +13,7 @@ if not h[1] then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then pttl = 0 end
-local reply = {tonumber(h[1]), pttl, tonumber(h[2]), count()}
+local reply = {tonumber(h[1]), pttl, tonumber(h[2]), count(), ends()}
 if ARGV[1] == 'holds' then
   for _, item in ipairs(holds()) do
     reply[#reply + 1] = item
