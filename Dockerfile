@@ -27,19 +27,19 @@ WORKDIR /usr/src/latchkey
 
 # --- Dependency cache layer -------------------------------------------------
 # Only the manifest and lockfile are copied, and every target that
-# Cargo.toml declares gets a placeholder source file (the [[bench]] target
-# "latchkey-bench" must exist for the manifest to load). This layer, with
-# all compiled dependencies, is reused until Cargo.toml, Cargo.lock or
-# .cargo/config.toml change.
+# Cargo.toml declares gets a placeholder source file at its path (the
+# library, the binary and the [[bench]] target "latchkey-bench"). This
+# layer, with all compiled dependencies, is reused until Cargo.toml,
+# Cargo.lock or .cargo/config.toml change.
 # Afterwards the placeholder crate's own artifacts are deleted so the real
 # sources are always rebuilt, whatever the modification times of the copied
 # files are.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo/ ./.cargo/
-RUN mkdir -p src benches \
+RUN mkdir -p src benches/latchkey_bench \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
-    && echo 'fn main() {}' > benches/latchkey_bench.rs \
+    && echo 'fn main() {}' > benches/latchkey_bench/main.rs \
     && cargo build --release --locked --bin latchkey \
     && rm -rf src benches \
     && rm -rf target/release/.fingerprint/latchkey-* \
@@ -51,11 +51,26 @@ RUN mkdir -p src benches \
 COPY src/ ./src/
 COPY benches/ ./benches/
 COPY openapi/ ./openapi/
+# The image's binary is stripped of its debug info (line tables: most of
+# its weight) but keeps its symbols, so a panic's backtrace still names
+# the functions. The debug info goes to latchkey.debug, which the binary
+# names in its .gnu_debuglink and matches by its GNU build ID; the
+# "debuginfo" stage below exports it (README "Deploying").
 RUN cargo build --release --locked --bin latchkey \
-    && cp target/release/latchkey /usr/local/bin/latchkey
+    && objcopy --only-keep-debug target/release/latchkey latchkey.debug \
+    && objcopy --strip-debug --add-gnu-debuglink=latchkey.debug \
+               target/release/latchkey /usr/local/bin/latchkey
 
 ############################################################################
-# Stage 2: minimal runtime
+# Stage 2: the binary's debug info, for symbolizing backtraces and core dumps:
+#   docker build --target debuginfo --output type=local,dest=. .
+# writes ./latchkey.debug (same build, so from the build cache).
+############################################################################
+FROM scratch AS debuginfo
+COPY --from=builder /usr/src/latchkey/latchkey.debug /
+
+############################################################################
+# Stage 3: minimal runtime
 ############################################################################
 FROM debian:bookworm-slim AS runtime
 
