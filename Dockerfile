@@ -2,7 +2,7 @@
 #
 # latchkey container image.
 #
-#   docker build -t latchkey:0.1.0 .
+#   docker build -t latchkey:0.1.0 .      (or: buildah bud -t latchkey:0.1.0 .)
 #   docker run --rm -p 8080:8080 \
 #       -e LATCHKEY_REDIS_URL=redis://my-redis:6379 latchkey:0.1.0
 #
@@ -70,7 +70,23 @@ FROM scratch AS debuginfo
 COPY --from=builder /usr/src/latchkey/latchkey.debug /
 
 ############################################################################
-# Stage 3: minimal runtime
+# Stage 3: Debian's CA bundle
+############################################################################
+# rustls trusts the system's roots for rediss:// (and the client tools for
+# an https:// service URL) when no CA file is configured: it reads
+# /etc/ssl/certs/ca-certificates.crt (or $SSL_CERT_FILE). Only that bundle
+# goes into the runtime image: the ca-certificates package would bring
+# OpenSSL along (9 MB), which latchkey does not use.
+# Versions are deliberately not pinned: the bookworm security archive
+# replaces package versions, so a pin would break the build over time.
+FROM debian:bookworm-slim AS certs
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+############################################################################
+# Stage 4: minimal runtime
 ############################################################################
 FROM debian:bookworm-slim AS runtime
 
@@ -78,15 +94,8 @@ LABEL org.opencontainers.image.title="latchkey" \
       org.opencontainers.image.description="Distributed locks over HTTP, backed by Redis" \
       org.opencontainers.image.licenses="Apache-2.0"
 
-# ca-certificates is the only runtime dependency: rustls loads the system
-# trust store (rustls-native-certs) for rediss:// (TLS) Redis connections.
-# Versions are deliberately not pinned: the bookworm security archive
-# replaces package versions, so a pin would break the build over time.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --system --gid 10001 latchkey \
+COPY --from=certs /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+RUN groupadd --system --gid 10001 latchkey \
     && useradd --system --uid 10001 --gid 10001 \
                --no-create-home --home-dir /nonexistent \
                --shell /usr/sbin/nologin latchkey
