@@ -677,15 +677,18 @@ ok "on the real debian:bookworm-slim ($(mb "$published_base")) the image is $(mb
 
 debug_file=$out/debug/latchkey.debug
 [ -f "$debug_file" ] || die "the debuginfo stage made no latchkey.debug"
-build_id() { readelf -n "$1" | sed -n 's/^ *Build ID: //p'; }
-if readelf -S "$binary" | grep -q '\.debug_'; then
+build_id() { readelf -n "$1" 2>/dev/null | sed -n 's/^ *Build ID: //p'; }
+# (.debug_gdb_scripts, a loaded section naming gdb's pretty-printers, stays.)
+readelf -SW "$binary" >"$work/sections"
+if grep -Eq '\.debug_(info|line|str|abbrev|aranges|ranges|rnglists|loclists|loc) ' "$work/sections"; then
   die "the image's binary still has debug sections"
 fi
 [ -n "$(build_id "$binary")" ] && [ "$(build_id "$binary")" = "$(build_id "$debug_file")" ] ||
   die "latchkey.debug's build ID is not the image binary's"
-readelf --string-dump=.gnu_debuglink "$binary" | grep -q 'latchkey\.debug' ||
+readelf --string-dump=.gnu_debuglink "$binary" >"$work/debuglink"
+grep -q 'latchkey\.debug' "$work/debuglink" ||
   die "the image's binary has no .gnu_debuglink to latchkey.debug"
-main_addr=$(nm "$binary" | awk '$3 ~ /8latchkey4main/ { print $1; exit }')
+main_addr=$(nm "$binary" | awk '$2 ~ /^[tT]$/ && $3 ~ /^_ZN8latchkey4main17h[0-9a-f]+E$/ && !found++ { print $1 }')
 [ -n "$main_addr" ] || die "the image's binary has no latchkey::main symbol"
 where=$(addr2line -e "$debug_file" -f -C "0x$main_addr" | tr '\n' ' ')
 case $where in
