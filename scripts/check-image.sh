@@ -313,9 +313,11 @@ t=$SECONDS
 build "$out/build.log" --tag "$image"
 ok "built $image from the Dockerfile in $((SECONDS - t)) s (log: $out/build.log)"
 # The debug file (the debuginfo stage; the same build, from the cache),
-# and a tag on the builder stage: its layers are the next build's cache.
+# and tags on the builder and certs stages: their layers are the next
+# build's cache.
 build "$out/debuginfo.log" --target debuginfo --output "type=local,dest=$out/debug"
 build "$out/builder.log" --target builder --tag localhost/latchkey-check/builder:latest
+build "$out/certs.log" --target certs --tag localhost/latchkey-check/certs:latest
 # What no tag keeps any more (earlier builds' layers, bases made from
 # other inputs) is removed: everything in this storage is this script's.
 for old in $(buildah images --format '{{.Name}}:{{.Tag}}' | grep -E '^localhost/latchkey-check/(debian|rust):' || true); do
