@@ -302,7 +302,9 @@ buildah tag "$builder_base" "$builder_ref"
 # The image
 ############################################################################
 # Every build shares the layer cache, and cargo's registry (a volume: not
-# part of any layer).
+# part of any layer). The volume's mount point is left behind, empty, in
+# every stage's image, /usr/local/cargo/registry in the runtime's too: an
+# image built without it (as operators do) has no such directory.
 build() { # build LOG ARGS...
   local log=$1
   shift
