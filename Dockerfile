@@ -2,7 +2,7 @@
 #
 # latchkey container image.
 #
-#   docker build -t latchkey:0.1.0 .
+#   docker build -t latchkey:0.1.0 .      (or: buildah bud -t latchkey:0.1.0 .)
 #   docker run --rm -p 8080:8080 \
 #       -e LATCHKEY_REDIS_URL=redis://my-redis:6379 latchkey:0.1.0
 #
@@ -27,19 +27,19 @@ WORKDIR /usr/src/latchkey
 
 # --- Dependency cache layer -------------------------------------------------
 # Only the manifest and lockfile are copied, and every target that
-# Cargo.toml declares gets a placeholder source file (the [[bench]] target
-# "latchkey-bench" must exist for the manifest to load). This layer, with
-# all compiled dependencies, is reused until Cargo.toml, Cargo.lock or
-# .cargo/config.toml change.
+# Cargo.toml declares gets a placeholder source file at its path (the
+# library, the binary and the [[bench]] target "latchkey-bench"). This
+# layer, with all compiled dependencies, is reused until Cargo.toml,
+# Cargo.lock or .cargo/config.toml change.
 # Afterwards the placeholder crate's own artifacts are deleted so the real
 # sources are always rebuilt, whatever the modification times of the copied
 # files are.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo/ ./.cargo/
-RUN mkdir -p src benches \
+RUN mkdir -p src benches/latchkey_bench \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
-    && echo 'fn main() {}' > benches/latchkey_bench.rs \
+    && echo 'fn main() {}' > benches/latchkey_bench/main.rs \
     && cargo build --release --locked --bin latchkey \
     && rm -rf src benches \
     && rm -rf target/release/.fingerprint/latchkey-* \
@@ -51,11 +51,42 @@ RUN mkdir -p src benches \
 COPY src/ ./src/
 COPY benches/ ./benches/
 COPY openapi/ ./openapi/
+# The image's binary is stripped of its debug info (line tables: most of
+# its weight) but keeps its symbols, so a panic's backtrace still names
+# the functions. The debug info goes to latchkey.debug, which the binary
+# names in its .gnu_debuglink and matches by its GNU build ID; the
+# "debuginfo" stage below exports it (README "Deploying").
 RUN cargo build --release --locked --bin latchkey \
-    && cp target/release/latchkey /usr/local/bin/latchkey
+    && objcopy --only-keep-debug target/release/latchkey latchkey.debug \
+    && objcopy --strip-debug --add-gnu-debuglink=latchkey.debug \
+               target/release/latchkey /usr/local/bin/latchkey
 
 ############################################################################
-# Stage 2: minimal runtime
+# Stage 2: the binary's debug info, for symbolizing backtraces and core dumps:
+#   docker build --target debuginfo --output type=local,dest=. .
+# writes ./latchkey.debug (same build, so from the build cache).
+############################################################################
+FROM scratch AS debuginfo
+COPY --from=builder /usr/src/latchkey/latchkey.debug /
+
+############################################################################
+# Stage 3: Debian's CA bundle
+############################################################################
+# rustls trusts the system's roots for rediss:// (and the client tools for
+# an https:// service URL) when no CA file is configured: it reads
+# /etc/ssl/certs/ca-certificates.crt (or $SSL_CERT_FILE). Only that bundle
+# goes into the runtime image: the ca-certificates package would bring
+# OpenSSL along (9 MB), which latchkey does not use.
+# Versions are deliberately not pinned: the bookworm security archive
+# replaces package versions, so a pin would break the build over time.
+FROM debian:bookworm-slim AS certs
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+############################################################################
+# Stage 4: minimal runtime
 ############################################################################
 FROM debian:bookworm-slim AS runtime
 
@@ -63,15 +94,8 @@ LABEL org.opencontainers.image.title="latchkey" \
       org.opencontainers.image.description="Distributed locks over HTTP, backed by Redis" \
       org.opencontainers.image.licenses="Apache-2.0"
 
-# ca-certificates is the only runtime dependency: rustls loads the system
-# trust store (rustls-native-certs) for rediss:// (TLS) Redis connections.
-# Versions are deliberately not pinned: the bookworm security archive
-# replaces package versions, so a pin would break the build over time.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --system --gid 10001 latchkey \
+COPY --from=certs /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+RUN groupadd --system --gid 10001 latchkey \
     && useradd --system --uid 10001 --gid 10001 \
                --no-create-home --home-dir /nonexistent \
                --shell /usr/sbin/nologin latchkey
