@@ -13,7 +13,7 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s .ci/requirements.txt "$stamp"; then
   fi
   rm -rf "$venv"
   python3 -m venv "$venv" >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r .ci/requirements.txt >&2
+  "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check -r .ci/requirements.txt >&2
   cp .ci/requirements.txt "$stamp"
 fi
 cd "$venv/bin" && pwd
