@@ -418,10 +418,10 @@ impl Held for LockAcquisition {
 pub const QUEUED: &str = "A try (wait_ms 0) takes no place in the queue; a long-poll keeps its \
     place for the queue grace after it ends, so poll again with the same holder within it";
 
-/// 409 `lock-held` of a lock of either kind: the hint, and on fair locks
-/// the waiter's position.
+/// 409 `lock-held` of a lock of either kind: the hint, the owners of the
+/// holds that block (`held_by`), and on fair locks the waiter's position.
 pub fn lock_held(blocked: Blocked) -> ApiError {
-    let mut problem = ApiError::lock_held(blocked.retry_after_ms);
+    let mut problem = ApiError::lock_held(blocked.retry_after_ms).with_held_by(blocked.held_by);
     if let Some(position) = blocked.position {
         problem.problem.detail = format!(
             "the lock is held, or waiters are queued ahead: {position} ahead of this holder. {QUEUED}"

@@ -115,7 +115,8 @@ macro_rules! scripts {
 // from `sem`, each after the session fields of their holders' holds
 // (`hold_session`) and followed by what both do before they read
 // (`queue_refresh`); the scripts that honour an `Idempotency-Key` start
-// from its record's helpers (`idempotency`). A queued primitive's DELETE of
+// from its record's helpers (`idempotency`); the scripts that record or
+// show holds' owner labels and grant times join `holds` first. A queued primitive's DELETE of
 // a holder (`*_leave`) is its release script with one file before the
 // body: a holder that waits leaves the queue instead of releasing.
 scripts! {

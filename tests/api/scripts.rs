@@ -228,6 +228,7 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
             place: None,
             available: None,
             blocked_by: None,
+            held_by: _,
         }) => {
             assert!(retry_after_ms > 2800 && retry_after_ms <= 3000)
         }
