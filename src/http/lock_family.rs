@@ -19,7 +19,8 @@ use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
-    Millis, check_holder, check_holder_in_path, lease_from, new_holder, renewal_lease, wait_from,
+    Millis, Owner, check_holder, check_holder_in_path, lease_from, new_holder, renewal_lease,
+    wait_from,
 };
 use crate::http::longpoll::{Acquisition, Timing};
 use crate::http::sessions::{self, Held};
@@ -91,6 +92,12 @@ pub struct AcquireRequest {
         pattern = "^[A-Za-z0-9._~:-]{1,128}$"
     )]
     pub session: Option<String>,
+    /// Who acquires, in words: a label shown in state reads and in the
+    /// `held_by` of refused requests (1-200 bytes of UTF-8 without control
+    /// characters; else 400 `invalid-body`). Not a secret: every client of
+    /// the namespace sees it. A re-entry that sends one replaces it; one
+    /// that sends none keeps it.
+    pub owner: Option<Owner>,
 }
 
 /// Body of a heartbeat; may be omitted.
@@ -171,6 +178,8 @@ pub struct Checked {
     pub wait_ms: u64,
     /// The session the hold attaches to (in the object's namespace).
     pub session: Option<ScopedName>,
+    /// The owner label the body sent.
+    pub owner: Option<Owner>,
 }
 
 impl Checked {
@@ -209,6 +218,7 @@ impl Checked {
             lease_ms,
             wait_ms,
             session,
+            owner: body.owner,
         })
     }
 

@@ -345,6 +345,7 @@ pub async fn acquire(
         lease_ms: body.lease_ms,
         wait_ms: body.wait_ms,
         session: body.session,
+        owner: None,
     };
     // The set's first name stands for it in the checked request (the
     // names were checked above).
