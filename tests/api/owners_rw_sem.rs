@@ -34,6 +34,16 @@ async fn put_sem(app: &TestApp, name: &str, permits: u64) {
     assert_eq!(response.status(), StatusCode::OK);
 }
 
+/// Takes a hold in `mode` and asserts the grant.
+async fn take_rw(app: &TestApp, name: &str, mode: &str, body: Value) -> Value {
+    granted(rw(app, name, mode, body).await).await
+}
+
+/// Takes permits and asserts the grant.
+async fn take_sem(app: &TestApp, name: &str, body: Value) -> Value {
+    granted(sem(app, name, body).await).await
+}
+
 /// Asserts a grant (201) and returns it.
 async fn granted(response: Response) -> Value {
     let status = response.status();
@@ -87,6 +97,43 @@ async fn fields(redis: &latchkey::devredis::RedisServer, key: &str) -> Vec<Strin
     all.into_keys().collect()
 }
 
+/// Three holders acquire ("gone" for 300 ms, "freed", "stays"; each
+/// labelled with its id); "freed" releases and "gone" expires. Then the
+/// state at `object` lists "stays" only, and once a script has run (an
+/// acquire by "stays") no field of the hash `key` names the other two.
+async fn one_released_one_expired(
+    app: &TestApp,
+    redis: &latchkey::devredis::RedisServer,
+    acquire: &str,
+    object: &str,
+    key: &str,
+) {
+    for (holder, lease_ms) in [("gone", 300), ("freed", 30000), ("stays", 30000)] {
+        let body = json!({"holder": holder, "owner": holder, "lease_ms": lease_ms});
+        granted(app.post(acquire, body).await).await;
+    }
+    assert!(fields(redis, key).await.iter().any(|f| f.contains("gone")));
+    let response = app
+        .client
+        .delete(app.url(&format!("{object}/holders/freed")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, s) = state(app, object).await;
+    let owners: Vec<String> = by_owner(&s).into_keys().collect();
+    assert_eq!(owners, vec!["stays".to_string()], "{s}");
+    granted(app.post(acquire, json!({"holder": "stays"})).await).await;
+    let left = fields(redis, key).await;
+    assert!(
+        !left
+            .iter()
+            .any(|f| f.contains("gone") || f.contains("freed")),
+        "{left:?}"
+    );
+}
+
 async fn sse(
     app: &TestApp,
     path: &str,
@@ -109,16 +156,13 @@ async fn rwlock_state_lists_each_hold_with_its_owner_mode_and_count() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     let r1 = json!({"holder": "reader-one", "owner": "web-7 pid 42", "lease_ms": 20000});
-    granted(rw(&app, "x", "read", r1.clone()).await).await;
-    granted(rw(&app, "x", "read", r1).await).await;
-    granted(
-        rw(
-            &app,
-            "x",
-            "read",
-            json!({"holder": "reader-two", "lease_ms": 20000}),
-        )
-        .await,
+    take_rw(&app, "x", "read", r1.clone()).await;
+    take_rw(&app, "x", "read", r1).await;
+    take_rw(
+        &app,
+        "x",
+        "read",
+        json!({"holder": "reader-two", "lease_ms": 20000}),
     )
     .await;
     let (text, s) = state(&app, "/rwlocks/x").await;
@@ -150,8 +194,8 @@ async fn rwlock_state_lists_each_hold_with_its_owner_mode_and_count() {
         .unwrap()
         .to_string();
     let w = json!({"holder": "writer-one", "owner": "cron nightly", "session": session});
-    granted(rw(&app, "y", "write", w.clone()).await).await;
-    granted(rw(&app, "y", "write", w).await).await;
+    take_rw(&app, "y", "write", w.clone()).await;
+    take_rw(&app, "y", "write", w).await;
     let (text, s) = state(&app, "/rwlocks/y").await;
     let holds = by_owner(&s);
     let w = &holds["cron nightly"];
@@ -171,17 +215,14 @@ async fn rwlock_state_lists_each_hold_with_its_owner_mode_and_count() {
 async fn rwlock_refusals_name_the_owners_that_block_them() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    granted(
-        rw(
-            &app,
-            "x",
-            "read",
-            json!({"holder": "a", "owner": "reader A"}),
-        )
-        .await,
+    take_rw(
+        &app,
+        "x",
+        "read",
+        json!({"holder": "a", "owner": "reader A"}),
     )
     .await;
-    granted(rw(&app, "x", "read", json!({"holder": "b"})).await).await;
+    take_rw(&app, "x", "read", json!({"holder": "b"})).await;
     // A write request is blocked by every reader.
     let problem = assert_problem(
         rw(
@@ -203,17 +244,14 @@ async fn rwlock_refusals_name_the_owners_that_block_them() {
 
     // A read request is blocked by the writer only (the writer's own read
     // hold, a downgrade, does not block it more).
-    granted(
-        rw(
-            &app,
-            "y",
-            "write",
-            json!({"holder": "w", "owner": "the writer"}),
-        )
-        .await,
+    take_rw(
+        &app,
+        "y",
+        "write",
+        json!({"holder": "w", "owner": "the writer"}),
     )
     .await;
-    granted(rw(&app, "y", "read", json!({"holder": "w"})).await).await;
+    take_rw(&app, "y", "read", json!({"holder": "w"})).await;
     let problem = assert_problem(
         rw(&app, "y", "read", json!({"holder": "r"})).await,
         409,
@@ -253,13 +291,13 @@ async fn queued_counts_the_waiters_of_every_instance() {
     let redis = redis();
     let one = spawn_app(test_config(&redis)).await;
     let two = spawn_app(test_config(&redis)).await;
-    granted(rw(&one, "x", "write", json!({"holder": "w", "owner": "w"})).await).await;
+    take_rw(&one, "x", "write", json!({"holder": "w", "owner": "w"})).await;
     let _waiting = two.spawn_post(
         "/rwlocks/x/read/acquire",
         json!({"holder": "r", "wait_ms": 5000}),
     );
     put_sem(&one, "s", 1).await;
-    granted(sem(&one, "s", json!({"holder": "a"})).await).await;
+    take_sem(&one, "s", json!({"holder": "a"})).await;
     let _also = two.spawn_post(
         "/semaphores/s/acquire",
         json!({"holder": "b", "wait_ms": 5000}),
@@ -282,70 +320,23 @@ async fn a_released_or_expired_rwlock_hold_is_unlisted_and_leaves_nothing_behind
         ..test_config(&redis)
     };
     let app = spawn_app(config).await;
-    let key = "latchkey:{x}:rw";
-    granted(
-        rw(
-            &app,
-            "x",
-            "read",
-            json!({"holder": "gone", "owner": "short", "lease_ms": 300}),
-        )
-        .await,
+    one_released_one_expired(
+        &app,
+        &redis,
+        "/rwlocks/x/read/acquire",
+        "/rwlocks/x",
+        "latchkey:{x}:rw",
     )
     .await;
-    granted(
-        rw(
-            &app,
-            "x",
-            "read",
-            json!({"holder": "freed", "owner": "freed"}),
-        )
-        .await,
-    )
-    .await;
-    granted(
-        rw(
-            &app,
-            "x",
-            "read",
-            json!({"holder": "stays", "owner": "stays"}),
-        )
-        .await,
-    )
-    .await;
-    assert!(fields(&redis, key).await.iter().any(|f| f.contains("gone")));
-    let response = app
-        .client
-        .delete(app.url("/rwlocks/x/holders/freed"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, s) = state(&app, "/rwlocks/x").await;
-    let owners: Vec<String> = by_owner(&s).into_keys().collect();
-    assert_eq!(owners, vec!["stays".to_string()], "{s}");
-    // Any script drops the expired hold; nothing of it stays.
-    granted(rw(&app, "x", "read", json!({"holder": "stays"})).await).await;
-    let left = fields(&redis, key).await;
-    assert!(
-        !left
-            .iter()
-            .any(|f| f.contains("gone") || f.contains("freed")),
-        "{left:?}"
-    );
     // A write hold's owner goes with it; a force unlock removes all.
-    granted(
-        rw(
-            &app,
-            "y",
-            "write",
-            json!({"holder": "w", "owner": "writer"}),
-        )
-        .await,
+    take_rw(
+        &app,
+        "y",
+        "write",
+        json!({"holder": "w", "owner": "writer"}),
     )
     .await;
-    granted(rw(&app, "y", "read", json!({"holder": "w", "owner": "reader"})).await).await;
+    take_rw(&app, "y", "read", json!({"holder": "w", "owner": "reader"})).await;
     let response = app
         .client
         .delete(app.url("/rwlocks/y/holders/w?mode=write"))
@@ -371,8 +362,8 @@ async fn semaphore_state_lists_permit_holders_with_owners() {
     let app = spawn_app(test_config(&redis)).await;
     put_sem(&app, "s", 5).await;
     let a = json!({"holder": "holder-a", "owner": "worker a", "permits": 2, "lease_ms": 20000});
-    granted(sem(&app, "s", a).await).await;
-    granted(sem(&app, "s", json!({"holder": "holder-b", "lease_ms": 20000})).await).await;
+    take_sem(&app, "s", a).await;
+    take_sem(&app, "s", json!({"holder": "holder-b", "lease_ms": 20000})).await;
     let created = app.post("/sessions", json!({"ttl_ms": 20000})).await;
     assert_eq!(created.status(), StatusCode::CREATED);
     let session = created.json::<Value>().await.unwrap()["session"]
@@ -380,7 +371,7 @@ async fn semaphore_state_lists_permit_holders_with_owners() {
         .unwrap()
         .to_string();
     let c = json!({"holder": "holder-c", "owner": "in a session", "session": session});
-    granted(sem(&app, "s", c).await).await;
+    take_sem(&app, "s", c).await;
     let (text, s) = state(&app, "/semaphores/s").await;
     let holds = by_owner(&s);
     assert_eq!(holds.len(), 3, "{s}");
@@ -435,7 +426,7 @@ async fn held_by_names_at_most_ten_holders() {
     let app = spawn_app(test_config(&redis)).await;
     put_sem(&app, "s", 12).await;
     for i in 0..12 {
-        granted(sem(&app, "s", json!({"owner": format!("owner {i}")})).await).await;
+        take_sem(&app, "s", json!({"owner": format!("owner {i}")})).await;
     }
     let problem = assert_problem(sem(&app, "s", json!({})).await, 409, "no-permits").await;
     assert_eq!(held_by(&problem).len(), 10, "{problem}");
@@ -453,47 +444,18 @@ async fn a_released_or_expired_semaphore_hold_leaves_nothing_behind() {
     let app = spawn_app(config).await;
     put_sem(&app, "s", 5).await;
     let key = "latchkey:{s}:sem:holds";
-    granted(
-        sem(
-            &app,
-            "s",
-            json!({"holder": "gone", "owner": "short", "lease_ms": 300}),
-        )
-        .await,
-    )
-    .await;
-    granted(sem(&app, "s", json!({"holder": "freed", "owner": "freed"})).await).await;
-    granted(sem(&app, "s", json!({"holder": "stays", "owner": "stays"})).await).await;
-    assert!(fields(&redis, key).await.iter().any(|f| f.contains("gone")));
-    let response = app
-        .client
-        .delete(app.url("/semaphores/s/holders/freed"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, s) = state(&app, "/semaphores/s").await;
-    let owners: Vec<String> = by_owner(&s).into_keys().collect();
-    assert_eq!(owners, vec!["stays".to_string()], "{s}");
-    let left = fields(&redis, key).await;
-    assert!(
-        !left
-            .iter()
-            .any(|f| f.contains("gone") || f.contains("freed")),
-        "{left:?}"
-    );
+    one_released_one_expired(&app, &redis, "/semaphores/s/acquire", "/semaphores/s", key).await;
     // A re-grant that names no owner keeps the label; one that does
     // replaces it; the grant time stays.
     let (_, before) = state(&app, "/semaphores/s").await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    granted(sem(&app, "s", json!({"holder": "stays"})).await).await;
+    take_sem(&app, "s", json!({"holder": "stays"})).await;
     let (_, kept) = state(&app, "/semaphores/s").await;
-    assert_eq!(by_owner(&kept)["stays"]["permits"], 2, "{kept}");
-    granted(sem(&app, "s", json!({"holder": "stays", "owner": "renamed"})).await).await;
+    assert_eq!(by_owner(&kept)["stays"]["permits"], 3, "{kept}");
+    take_sem(&app, "s", json!({"holder": "stays", "owner": "renamed"})).await;
     let (_, after) = state(&app, "/semaphores/s").await;
     let hold = &by_owner(&after)["renamed"];
-    assert_eq!(hold["permits"], 3, "{after}");
+    assert_eq!(hold["permits"], 4, "{after}");
     let held_before = by_owner(&before)["stays"]["held_for_ms"].as_u64().unwrap();
     assert!(
         hold["held_for_ms"].as_u64().unwrap() >= held_before + 50,
@@ -541,7 +503,7 @@ async fn bad_owners_are_400_on_every_acquire_here() {
         .post("/rate-limiters/r/acquire", json!({"owner": longest}))
         .await;
     assert_eq!(admitted.status(), StatusCode::OK);
-    granted(rw(&app, "x", "read", json!({"owner": longest})).await).await;
+    take_rw(&app, "x", "read", json!({"owner": longest})).await;
     let (_, s) = state(&app, "/rwlocks/x").await;
     assert_eq!(s["holds"][0]["owner"], json!(longest));
 }
