@@ -190,6 +190,20 @@ pub struct SessionTerm<'a> {
     /// When the session ends by that version: ms since the Unix epoch on
     /// the session's Redis clock.
     pub end_ms: u64,
+    /// The session's owner label: the label of a hold taken in it by an
+    /// acquire that sends none (README: "Who holds it").
+    pub owner: Option<&'a str>,
+}
+
+impl<'a> SessionTerm<'a> {
+    /// The owner label a hold taken with `owner` ('' for none) records:
+    /// its own, or else its session's.
+    pub fn owner_of(owner: &'a str, term: Option<SessionTerm<'a>>) -> &'a str {
+        match (owner, term.and_then(|t| t.owner)) {
+            ("", Some(session)) => session,
+            (own, _) => own,
+        }
+    }
 }
 
 impl SessionTerm<'_> {
@@ -433,7 +447,6 @@ pub(crate) fn queued(reply: &[Value]) -> Result<Blocked, StoreError> {
 }
 
 /// An owner label as a script replies it: '' (or nil) for none.
-#[allow(dead_code)] // its users come with the state reads of each primitive
 pub(crate) fn reply_owner(value: &Value) -> Option<String> {
     match value {
         Value::BulkString(bytes) if !bytes.is_empty() => {
@@ -446,7 +459,6 @@ pub(crate) fn reply_owner(value: &Value) -> Option<String> {
 
 /// A script's list of the owners of blocking holds (`scripts/holds.lua`),
 /// at most [`MAX_HELD_BY`] of them.
-#[allow(dead_code)] // its users come with the state reads of each primitive
 pub(crate) fn reply_held_by(value: &Value) -> Result<Vec<Option<String>>, StoreError> {
     match value {
         Value::Array(owners) => Ok(owners.iter().take(MAX_HELD_BY).map(reply_owner).collect()),
@@ -473,7 +485,6 @@ pub struct HoldInfo {
     pub mode: Option<String>,
 }
 
-#[allow(dead_code)] // its users come with the state reads of each primitive
 impl HoldInfo {
     /// Reads one `{owner, expires_in_ms, held_for_ms, in_session, count,
     /// mode}` entry.

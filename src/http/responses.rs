@@ -16,7 +16,6 @@ use crate::error::Problem;
 
 /// What a hold's count stands for in a [`HoldView`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // its users come with the state reads of each primitive
 pub enum Counted {
     /// Reentrant holds (locks, fair locks, RedLock, rwlocks).
     HoldCount,
@@ -27,7 +26,6 @@ pub enum Counted {
 /// A read-write lock hold's mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // its users come with the state reads of each primitive
 pub enum HoldMode {
     Read,
     Write,
@@ -44,7 +42,6 @@ pub enum HoldMode {
     "session": false,
     "hold_count": 1
 }))]
-#[allow(dead_code)] // its users come with the state reads of each primitive
 pub struct HoldView {
     /// The owner label the acquire sent (or, for a hold taken in a session
     /// by an acquire that sent none, the session's); null when none.
@@ -73,7 +70,6 @@ pub struct HoldView {
     pub permits: Option<u64>,
 }
 
-#[allow(dead_code)] // its users come with the state reads of each primitive
 impl HoldView {
     /// The view of a hold a script reported; `counted` says what its count
     /// is. A mode other than `read`/`write` is left out.

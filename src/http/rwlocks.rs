@@ -14,7 +14,6 @@ use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
 use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::http::access::ScopedName;
-use crate::http::extract::Owner;
 use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, QUEUED};
 use crate::http::longpoll::Acquisition;
 use crate::http::responses::{AcquireErrors, Counted, HoldView, NoSessionErrors, examples};
@@ -147,8 +146,9 @@ struct RwAcquisition {
     rwlocks: RwLocks,
     name: ScopedName,
     holder: String,
-    /// The owner label the acquire sent.
-    owner: Option<Owner>,
+    /// The hold's owner label ('' for none; in a session, none takes the
+    /// session's).
+    owner: String,
     mode: Mode,
     lease_ms: u64,
     /// `None` for a try, which takes no queue place.
@@ -169,7 +169,7 @@ impl RwAcquisition {
         self.ticket
             .tried(left, |wait| {
                 let (name, holder) = (&self.name.key, self.holder.as_str());
-                let owner = self.owner.as_ref().map(Owner::as_str);
+                let owner = Some(SessionTerm::owner_of(&self.owner, session));
                 self.rwlocks.try_acquire_in(
                     name,
                     (holder, owner),

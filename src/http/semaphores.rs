@@ -199,8 +199,9 @@ struct SemAcquisition {
     semaphores: Semaphores,
     name: ScopedName,
     holder: String,
-    /// The owner label the acquire sent.
-    owner: Option<Owner>,
+    /// The hold's owner label ('' for none; in a session, none takes the
+    /// session's).
+    owner: String,
     permits: u64,
     lease_ms: u64,
     /// `None` for a try, which takes no queue place.
@@ -221,7 +222,7 @@ impl SemAcquisition {
         self.ticket
             .tried(left, |wait| {
                 let (name, holder) = (&self.name.key, self.holder.as_str());
-                let owner = self.owner.as_ref().map(Owner::as_str);
+                let owner = Some(SessionTerm::owner_of(&self.owner, session));
                 self.semaphores.try_acquire_in(
                     name,
                     (holder, owner),

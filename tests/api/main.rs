@@ -14,6 +14,7 @@ mod model;
 mod multilocks;
 mod openapi;
 mod ops;
+mod owners;
 mod owners_rw_sem;
 mod queues;
 mod ratelimiters;

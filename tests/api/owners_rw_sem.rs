@@ -507,3 +507,31 @@ async fn bad_owners_are_400_on_every_acquire_here() {
     let (_, s) = state(&app, "/rwlocks/x").await;
     assert_eq!(s["holds"][0]["owner"], json!(longest));
 }
+
+#[tokio::test]
+async fn a_hold_in_a_session_without_a_label_takes_the_sessions() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let created = app
+        .post("/sessions", json!({"ttl_ms": 20000, "owner": "batch 12"}))
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let session = created.json::<Value>().await.unwrap()["session"].clone();
+    take_rw(&app, "x", "read", json!({ "session": session })).await;
+    take_rw(
+        &app,
+        "x",
+        "read",
+        json!({"session": session, "holder": "own", "owner": "own label"}),
+    )
+    .await;
+    put_sem(&app, "s", 2).await;
+    take_sem(&app, "s", json!({ "session": session })).await;
+    let (_, s) = state(&app, "/rwlocks/x").await;
+    let holds = by_owner(&s);
+    assert_eq!(holds.len(), 2, "{s}");
+    assert_eq!(holds["batch 12"]["session"], true, "{s}");
+    assert_eq!(holds["own label"]["session"], true, "{s}");
+    let (_, s) = state(&app, "/semaphores/s").await;
+    assert_eq!(by_owner(&s)["batch 12"]["permits"], 1, "{s}");
+}
