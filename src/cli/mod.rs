@@ -535,8 +535,7 @@ async fn acquire(
                     eprintln!("latchkey: {what}: waiting; held by {owners}");
                     seen.1 = seen.0.clone();
                 }
-                let mut body =
-                    json!({"holder": holder, "owner": owner, "wait_ms": piece_ms});
+                let mut body = json!({"holder": holder, "owner": owner, "wait_ms": piece_ms});
                 if let Some(lease_ms) = lease_ms {
                     body["lease_ms"] = json!(lease_ms);
                 }

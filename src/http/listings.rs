@@ -21,8 +21,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::error::ApiError;
 use crate::http::access::Scope;
 use crate::http::extract::{ApiPath, ApiQuery, check_prefix};
-use crate::http::lock_family::{LockStatus, NamePath};
 use crate::http::latches::LatchStatus;
+use crate::http::lock_family::{LockStatus, NamePath};
 use crate::http::ratelimiters::RateLimiterStatus;
 use crate::http::redlocks::RedlockStatus;
 use crate::http::responses::{ListErrors, QuorumListErrors};
@@ -83,7 +83,11 @@ struct Checked {
     from: Option<Position>,
 }
 
-fn check(prefix: Option<String>, limit: Option<String>, cursor: Option<String>) -> Result<Checked, ApiError> {
+fn check(
+    prefix: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+) -> Result<Checked, ApiError> {
     let prefix = prefix.unwrap_or_default();
     check_prefix(&prefix)?;
     let limit = match limit {
@@ -164,8 +168,7 @@ impl KeyShape {
             .strip_prefix('{')?
             .strip_suffix(self.part.as_str())?
             .strip_suffix("}:")?;
-        let ok = name.starts_with(prefix)
-            && crate::http::extract::check_name(name).is_ok();
+        let ok = name.starts_with(prefix) && crate::http::extract::check_name(name).is_ok();
         ok.then_some(name)
     }
 }
@@ -305,28 +308,28 @@ listing!(
     list_locks, LockPage, LockStatus, locks,
     path: "/locks", op: "list_locks", tag: "locks", part: "lock",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "orders", "locked": true, "hold_count": 1, "expires_in_ms": 24500, "waiters": 0},
+    example: {"name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500, "fencing_token": 42, "waiters": 0},
 );
 
 listing!(
     list_fair_locks, FairLockPage, LockStatus, fair_locks,
     path: "/fair-locks", op: "list_fair_locks", tag: "fair-locks", part: "fair",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "orders", "locked": true, "hold_count": 1, "expires_in_ms": 24500, "waiters": 2},
+    example: {"name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500, "fencing_token": 42, "waiters": 2},
 );
 
 listing!(
     list_rwlocks, RwLockPage, RwLockStatus, rwlocks,
     path: "/rwlocks", op: "list_rwlocks", tag: rwlocks::TAG, part: "rw",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "catalog", "mode": "read", "readers": 2},
+    example: {"name": "catalog", "mode": "read", "readers": 3, "writer_hold_count": 0, "ttl_ms": 24500, "fencing_token": 42, "waiters": 1},
 );
 
 listing!(
     list_semaphores, SemaphorePage, SemaphoreStatus, semaphores,
     path: "/semaphores", op: "list_semaphores", tag: "semaphores", part: "sem",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "db-conns", "permits": 10, "available": 7},
+    example: {"name": "exports", "permits": 3, "available": 1, "holders": 2, "waiters": 0},
 );
 
 listing!(
@@ -340,7 +343,7 @@ listing!(
     list_rate_limiters, RateLimiterPage, RateLimiterStatus, ratelimiters,
     path: "/rate-limiters", op: "list_rate_limiters", tag: ratelimiters::TAG, part: "rl",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "api-calls", "rate": 100, "interval_ms": 1000, "available": 40},
+    example: {"name": "api-calls", "rate": 10, "per_ms": 1000, "burst": 10, "available": 7},
 );
 
 listing!(
@@ -350,7 +353,7 @@ listing!(
     source: |state| Source::Nodes(
         state.redlocks.as_ref().ok_or_else(ApiError::redlock_not_configured)?.nodes()
     ),
-    example: {"name": "payments", "locked": true},
+    example: {"name": "nightly-report", "locked_on": 3, "total": 3, "nodes": [{"node": 0, "reachable": true, "locked": true, "ttl_ms": 24500}]},
 );
 
 /// A session as `GET /sessions` lists it: what `GET /sessions/{id}`
@@ -439,7 +442,12 @@ mod tests {
 
     #[test]
     fn queries_are_checked() {
-        let ok = check(Some("a.b".into()), Some("1000".into()), Some("0.0.-.12".into())).unwrap();
+        let ok = check(
+            Some("a.b".into()),
+            Some("1000".into()),
+            Some("0.0.-.12".into()),
+        )
+        .unwrap();
         assert_eq!((ok.prefix.as_str(), ok.limit), ("a.b", 1000));
         assert_eq!(check(None, None, None).unwrap().limit, 100);
         for (prefix, limit, cursor, status) in [

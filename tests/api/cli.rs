@@ -876,7 +876,10 @@ async fn ls_lists_every_page_as_a_table_or_json_and_status_shows_one_object() {
     assert_eq!(table.status.code(), Some(0));
     let text = stdout(&table);
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("NAME") && lines[0].contains("LOCKED"), "{text}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("LOCKED"),
+        "{text}"
+    );
     assert_eq!(lines.len(), 6, "a header and five locks: {text}");
     for i in 0..5 {
         assert!(text.contains(&format!("ls-lock-{i} ")), "{text}");
@@ -905,5 +908,9 @@ async fn ls_lists_every_page_as_a_table_or_json_and_status_shows_one_object() {
     assert_eq!(missing.status.code(), Some(64), "{}", stderr(&missing));
     let unknown = output(&app, &["ls", "mutexes"]).await;
     assert_eq!(unknown.status.code(), Some(64));
-    assert!(stderr(&unknown).contains("unknown kind"), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).contains("unknown kind"),
+        "{}",
+        stderr(&unknown)
+    );
 }
