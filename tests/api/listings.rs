@@ -444,3 +444,33 @@ async fn a_cluster_listing_misses_nothing_present_throughout_while_objects_come_
     let all = names(&list_all(&app, None, "/locks?prefix=keep-").await);
     assert_eq!(all, stable);
 }
+
+#[tokio::test]
+async fn listed_locks_and_sessions_show_their_owners_and_never_an_id() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let grant = app
+        .must_acquire("owned", json!({"owner": "web-7 pid 4242 POST /orders/42"}))
+        .await;
+    let session = ok(
+        &app,
+        None,
+        Method::POST,
+        "/sessions",
+        json!({"ttl_ms": 60000, "owner": "cron nightly-export"}),
+    )
+    .await;
+    let locks = list_all(&app, None, "/locks").await;
+    assert_eq!(
+        locks[0]["holds"][0]["owner"], "web-7 pid 4242 POST /orders/42",
+        "{locks:?}"
+    );
+    let sessions = list_all(&app, None, "/sessions").await;
+    assert_eq!(sessions[0]["owner"], "cron nightly-export", "{sessions:?}");
+    let text = format!("{locks:?}{sessions:?}");
+    assert!(!text.contains(grant["holder"].as_str().unwrap()), "{text}");
+    assert!(
+        !text.contains(session["session"].as_str().unwrap()),
+        "{text}"
+    );
+}
