@@ -474,3 +474,83 @@ async fn listed_locks_and_sessions_show_their_owners_and_never_an_id() {
         "{text}"
     );
 }
+
+/// The cursor's shard fails over between two pages: the next page scans
+/// that shard again from its start (what it listed may come again), and
+/// nothing present throughout is missed.
+#[tokio::test]
+async fn a_failover_mid_listing_restarts_that_masters_scan_and_misses_nothing() {
+    use crate::sharded::{ask, owner, replica_of};
+    let cluster = RedisCluster::start_with_replicas(3).expect("cluster starts");
+    let app = spawn_app(Config {
+        redis_mode: RedisMode::Cluster,
+        ..test_config_for(cluster.urls())
+    })
+    .await;
+    let stable: BTreeSet<String> = (0..40).map(|i| format!("fo-{i:02}")).collect();
+    for name in &stable {
+        app.must_acquire(name, json!({"lease_ms": 120000})).await;
+    }
+    // The first page comes from the master serving slot 0 (the first in
+    // the listing's order).
+    let (status, first) = call(&app, None, Method::GET, "/locks?limit=3", None).await;
+    assert_eq!(status, 200, "{first}");
+    let first_names = names(first["items"].as_array().unwrap());
+    assert_eq!(first_names.len(), 3, "{first}");
+    let cursor = first["cursor"].as_str().expect("more pages").to_string();
+    let one = first_names.iter().next().unwrap();
+    let master = owner(&cluster, 0, &format!("latchkey:{{{one}}}:lock")).await;
+    let replica = replica_of(&cluster, master).await;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || async {
+            let info: String = ask(&cluster.nodes[replica], &["INFO", "replication"]).await;
+            info.contains("master_link_status:up")
+        })
+        .await,
+        "the replica follows its master"
+    );
+    let acked: i64 = ask(&cluster.nodes[master], &["WAIT", "1", "500"]).await;
+    assert_eq!(acked, 1, "the replica has every lock");
+
+    let _: String = ask(&cluster.nodes[replica], &["CLUSTER", "FAILOVER"]).await;
+    assert!(
+        eventually(std::time::Duration::from_secs(15), || async {
+            let role: Vec<redis::Value> = ask(&cluster.nodes[replica], &["ROLE"]).await;
+            matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master")
+        })
+        .await,
+        "the replica takes over"
+    );
+    // Follow the cursor (503s while the app learns the new topology are
+    // retried).
+    let mut items: Vec<Value> = Vec::new();
+    let mut cursor = Some(cursor);
+    let started = std::time::Instant::now();
+    while let Some(c) = cursor.clone() {
+        let (status, page) = call(
+            &app,
+            None,
+            Method::GET,
+            &format!("/locks?limit=3&cursor={c}"),
+            None,
+        )
+        .await;
+        if status == 503 && started.elapsed() < std::time::Duration::from_secs(15) {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            continue;
+        }
+        assert_eq!(status, 200, "{page}");
+        items.extend(page["items"].as_array().unwrap().iter().cloned());
+        cursor = page["cursor"].as_str().map(str::to_string);
+    }
+    let mut listed = names(&items);
+    listed.extend(first_names.iter().cloned());
+    assert_eq!(listed, stable, "nothing missed");
+    // That master was scanned again from its start: the first page's
+    // names come again.
+    let again = names(&items);
+    assert!(
+        first_names.is_subset(&again),
+        "{first_names:?} not listed again"
+    );
+}
