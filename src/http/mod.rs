@@ -7,6 +7,7 @@ pub mod extract;
 pub mod fair_locks;
 pub mod health;
 pub mod latches;
+pub mod listings;
 pub mod lock_family;
 pub mod locks;
 pub mod longpoll;
@@ -20,6 +21,7 @@ mod router;
 pub mod rwlocks;
 pub mod semaphores;
 pub mod sessions;
+pub mod whoami;
 
 pub use openapi::openapi;
 pub use router::{Service, router};
