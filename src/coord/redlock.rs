@@ -193,6 +193,11 @@ impl RedLocks {
         })
     }
 
+    /// The nodes' stores, in configuration order (listings scan each).
+    pub fn nodes(&self) -> &[Store] {
+        &self.inner.nodes
+    }
+
     /// Nodes configured.
     pub fn total(&self) -> usize {
         self.inner.nodes.len()

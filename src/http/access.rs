@@ -71,8 +71,8 @@ pub enum Role {
 }
 
 impl Role {
-    /// As an entry names it.
-    fn as_str(self) -> &'static str {
+    /// As an entry names it (and `GET /whoami` says it).
+    pub fn as_str(self) -> &'static str {
         match self {
             Role::Client => "client",
             Role::Admin => "admin",
@@ -310,6 +310,12 @@ impl ScopedName {
 }
 
 impl Scope {
+    /// The key's namespace (`None`: the default namespace of an open
+    /// server).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
     /// Checks `name` and scopes it to this namespace.
     pub fn name(&self, name: String) -> Result<ScopedName, ApiError> {
         check_name(&name)?;
@@ -373,6 +379,18 @@ impl FromRequestParts<AppState> for Scope {
     /// Any role: the request's namespace.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         authenticate(parts, &state.keys).map(|(scope, _)| scope)
+    }
+}
+
+/// The request's namespace and role, for `GET /whoami`.
+#[derive(Debug, Clone)]
+pub struct Caller(pub Scope, pub Role);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        authenticate(parts, &state.keys).map(|(scope, role)| Caller(scope, role))
     }
 }
 

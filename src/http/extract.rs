@@ -89,6 +89,17 @@ fn valid_chars(s: &str) -> bool {
         .all(|b| b.is_ascii_alphanumeric() || b"._~:-".contains(&b))
 }
 
+/// A listing's name prefix: 0–256 bytes of the names' alphabet.
+pub fn check_prefix(prefix: &str) -> Result<(), ApiError> {
+    if prefix.len() <= 256 && valid_chars(prefix) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_name(
+            "a prefix is 0-256 characters of A-Z a-z 0-9 . _ ~ : - (as names are)",
+        ))
+    }
+}
+
 /// Object names: 1–256 bytes of `[A-Za-z0-9._~:-]`.
 pub fn check_name(name: &str) -> Result<(), ApiError> {
     if (1..=256).contains(&name.len()) && valid_chars(name) {

@@ -8,6 +8,7 @@ pub mod extract;
 pub mod fair_locks;
 pub mod health;
 pub mod latches;
+pub mod listings;
 pub mod lock_family;
 pub mod locks;
 pub mod longpoll;
@@ -21,6 +22,7 @@ mod router;
 pub mod rwlocks;
 pub mod semaphores;
 pub mod sessions;
+pub mod whoami;
 
 pub use openapi::openapi;
 pub use router::{Service, router};

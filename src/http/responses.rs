@@ -18,7 +18,7 @@ use crate::error::Problem;
 pub mod examples {
     use crate::coord::Blocked;
     use crate::error::{ApiError, Problem};
-    use crate::http::extract::{Millis, check_name};
+    use crate::http::extract::{Millis, check_name, check_prefix};
     use crate::http::lock_family::{HoldApi, lock_held as held};
     use crate::http::{latches, multilocks, ratelimiters, redlocks, semaphores, sessions};
     use crate::store::Condition;
@@ -161,6 +161,24 @@ pub mod examples {
         problem(ApiError::not_held(sessions::NO_SUCH_SESSION))
     }
 
+    pub fn invalid_prefix() -> Problem {
+        problem(check_prefix("orders/*").expect_err("a slash is not allowed in prefixes"))
+    }
+
+    pub fn invalid_cursor() -> Problem {
+        problem(ApiError::invalid_body(
+            "invalid cursor: pass the cursor of the previous page back unchanged",
+        ))
+    }
+
+    pub fn limit_out_of_range() -> Problem {
+        problem(
+            ApiError::out_of_range("limit must be 1-1000, got 5000")
+                .with_field("limit")
+                .with_range(1, 1000),
+        )
+    }
+
     pub fn invalid_ttl() -> Problem {
         problem(
             Millis(100)
@@ -217,6 +235,27 @@ problem_responses! {
         NotFound = 404 [("not-found", not_found)],
         /// Redis unavailable
         Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
+}
+
+problem_responses! {
+    /// Errors of a listing (`GET /{kind}`).
+    ListErrors {
+        /// Invalid prefix, cursor or query, or `limit` out of range
+        Invalid = 400 [("invalid-name", invalid_prefix), ("invalid-body", invalid_cursor), ("out-of-range", limit_out_of_range)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
+}
+
+problem_responses! {
+    /// Errors of listing RedLocks: [`ListErrors`] whose 503 also says when
+    /// no RedLock nodes are configured or one does not answer.
+    QuorumListErrors {
+        /// Invalid prefix, cursor or query, or `limit` out of range
+        Invalid = 400 [("invalid-name", invalid_prefix), ("invalid-body", invalid_cursor), ("out-of-range", limit_out_of_range)],
+        /// A node is unavailable, or no RedLock nodes are configured
+        Unavailable = 503 [("backend-unavailable", backend_unavailable), ("redlock-not-configured", redlock_not_configured)],
     }
 }
 

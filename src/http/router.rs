@@ -17,8 +17,8 @@ use utoipa_swagger_ui::SwaggerUi;
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish, with_bounds, without_security};
 use super::{
-    console, fair_locks, health, latches, locks, multilocks, ratelimiters, redlocks, rwlocks,
-    semaphores, sessions,
+    console, fair_locks, health, latches, listings, locks, multilocks, ratelimiters, redlocks,
+    rwlocks, semaphores, sessions, whoami,
 };
 use crate::config::{Config, CorsOrigins};
 use crate::state::AppState;
@@ -71,6 +71,15 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
             ratelimiters::delete
         ))
         .routes(routes!(ratelimiters::acquire))
+        .routes(routes!(listings::list_locks))
+        .routes(routes!(listings::list_fair_locks))
+        .routes(routes!(listings::list_rwlocks))
+        .routes(routes!(listings::list_semaphores))
+        .routes(routes!(listings::list_latches))
+        .routes(routes!(listings::list_rate_limiters))
+        .routes(routes!(listings::list_redlocks))
+        .routes(routes!(listings::list_sessions))
+        .routes(routes!(whoami::whoami))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod pool;
 pub mod pubsub;
+pub mod scan;
 pub mod scripts;
 pub mod tls;
 
