@@ -20,6 +20,7 @@ pub const PATH: &str = "/console";
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
 const STYLE: &str = include_str!("console/console.css");
+const ICON: &str = include_str!("console/icon.svg");
 
 /// This origin only: the page, its script, its style and its API calls.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -32,6 +33,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route(PATH, get(page))
         .route("/console/console.js", get(script))
         .route("/console/console.css", get(style))
+        .route("/console/icon.svg", get(icon))
 }
 
 async fn page() -> Response {
@@ -44,6 +46,10 @@ async fn script() -> Response {
 
 async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
+}
+
+async fn icon() -> Response {
+    asset("image/svg+xml", ICON)
 }
 
 /// One asset with the headers every console response carries. `no-cache`:

@@ -243,7 +243,6 @@
   function actionCell(spec, item) {
     const cell = el('td', 'actions');
     const admin = spec.admin;
-    if (!admin || view.who?.role !== 'admin') return cell;
     if (spec.held && !spec.held(item)) return cell;
     const button = el('button', 'danger admin-action', admin.label);
     button.type = 'button';
@@ -259,7 +258,7 @@
     const state = el('td', 'state');
     for (const part of spec.state(item)) state.append(el('div', null, part));
     row.append(el('td', 'name', String(item.name)), state, holdsCell(item, at), waitingCell(item));
-    if (view.who?.role === 'admin') row.append(actionCell(spec, item));
+    if (spec.admin && view.who?.role === 'admin') row.append(actionCell(spec, item));
     return row;
   }
 
@@ -309,7 +308,7 @@
       const names = spec.sessions
         ? ['Owner', 'TTL', 'Expires in', 'Holds']
         : ['Name', 'State', 'Holders (owner, holds, lease left, held for, session)', 'Waiting'];
-      if (!spec.sessions && view.who?.role === 'admin') names.push('Admin');
+      if (spec.admin && view.who?.role === 'admin') names.push('Admin');
       head.replaceChildren(...names.map((name) => el('th', null, name)));
     }
   }
