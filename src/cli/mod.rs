@@ -8,11 +8,15 @@
 //! latchkey semaphore NAME [--permits K] … -- cmd args…
 //! latchkey latch wait NAME [--wait-ms N]
 //! latchkey latch count-down NAME [--by N] [--idempotency-key K]
+//! latchkey ls KIND [--prefix P] [--limit N] [--json]
+//! latchkey status KIND NAME [--json]
 //! ```
 
 mod service;
+mod show;
 mod supervise;
 
+use std::cell::RefCell;
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -44,7 +48,7 @@ pub mod exit {
 }
 
 /// The first words that make `latchkey` a client rather than the server.
-const SUBCOMMANDS: [&str; 4] = ["lock", "rwlock", "semaphore", "latch"];
+const SUBCOMMANDS: [&str; 6] = ["lock", "rwlock", "semaphore", "latch", "ls", "status"];
 
 /// Variables the client tools read or set, which the server knows are not
 /// its own settings.
@@ -111,6 +115,36 @@ enum Command {
     /// Wait on a count-down latch, or count one down.
     #[command(subcommand)]
     Latch(LatchCommand),
+    /// List the objects of a kind (every page): name, state and holders' owners.
+    Ls {
+        /// locks, fair-locks, rwlocks, semaphores, latches, redlocks,
+        /// rate-limiters or sessions (or the singular).
+        kind: String,
+        /// Only names that start with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// At most this many objects in all.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Print the items as one JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        service: ServiceArgs,
+    },
+    /// Show one object's state: its columns, then one line per hold.
+    Status {
+        /// locks, fair-locks, rwlocks, semaphores, latches, redlocks or
+        /// rate-limiters (or the singular).
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// Print the state as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        service: ServiceArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -174,6 +208,12 @@ struct HoldArgs {
     /// the hold); a random one when omitted.
     #[arg(long)]
     holder: Option<String>,
+    /// The owner label of the hold: not a secret, shown to every client of
+    /// the namespace (state reads, listings, and to whoever is refused).
+    /// Default: "<host> pid <pid> <command>". At most 200 bytes; control
+    /// characters are replaced.
+    #[arg(long)]
+    owner: Option<String>,
     /// After the hold is lost, how long the command has between SIGTERM
     /// and SIGKILL, in ms.
     #[arg(long, visible_alias = "kill-after", default_value_t = 10_000)]
@@ -237,6 +277,19 @@ async fn run(command: Command) -> u8 {
             by,
             idempotency_key,
         }) => count_down(&name, &service, by, idempotency_key).await,
+        Command::Ls {
+            kind,
+            prefix,
+            limit,
+            json,
+            service,
+        } => ls(&kind, prefix.as_deref(), limit, json, &service).await,
+        Command::Status {
+            kind,
+            name,
+            json,
+            service,
+        } => show_status(&kind, &name, json, &service).await,
     };
     match outcome {
         Ok(code) => code,
@@ -266,7 +319,14 @@ impl Stop {
         match failure {
             Failure::NotYet(answer) => Stop::new(
                 exit::NOT_ACQUIRED,
-                format!("{what}: not acquired within the wait: {}", answer.detail()),
+                format!(
+                    "{what}: not acquired within the wait: {}{}",
+                    answer.detail(),
+                    answer
+                        .held_by()
+                        .map(|owners| format!("; held by {owners}"))
+                        .unwrap_or_default()
+                ),
             ),
             Failure::Refused(answer) => {
                 Stop::new(exit::USAGE, format!("{what}: refused: {}", answer.detail()))
@@ -392,6 +452,7 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
     let service = args.service.service()?;
     let holder = args.holder.unwrap_or_else(random_holder);
+    let owner = owner_label(args.owner.as_deref(), &args.command);
     let what = target.describe();
     // From here on SIGINT, SIGTERM and SIGHUP no longer end latchkey at
     // once: while it waits, they end the wait (and it leaves the queue);
@@ -400,7 +461,7 @@ async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
     let waited = tokio::select! {
         // Cancel safety: dropping the wait drops its request in flight;
         // whatever that request got is left below.
-        acquired = acquire(&service, &target, &holder, args.lease_ms, args.wait_ms) => {
+        acquired = acquire(&service, &target, &holder, &owner, args.lease_ms, args.wait_ms) => {
             acquired.map_err(|failure| Stop::from_failure(&what, failure))
         }
         signal = signals.recv() => Err(Stop::new(
@@ -440,24 +501,42 @@ async fn leave(service: &Service, target: &Target, holder: &str, signals: &mut S
     }
 }
 
-/// Acquires `target` for `holder`, waiting as asked.
+/// Acquires `target` for `holder`, waiting as asked. While it waits, each
+/// new set of owners that hold it (the refusals' `held_by`) is said on
+/// stderr.
 async fn acquire(
     service: &Service,
     target: &Target,
     holder: &str,
+    owner: &str,
     lease_ms: Option<u64>,
     wait_ms: Option<u64>,
 ) -> Result<Value, Failure> {
     let path = target.acquire_path();
+    let what = target.describe();
+    // The owners of the last refusal, and the ones last said.
+    let seen: RefCell<(Option<String>, Option<String>)> = RefCell::new((None, None));
     let answer = service
         .wait_for(
             wait_ms.map(Duration::from_millis),
             |answer| {
-                answer.status == reqwest::StatusCode::CONFLICT
-                    && matches!(answer.slug(), "lock-held" | "no-permits")
+                let pending = answer.status == reqwest::StatusCode::CONFLICT
+                    && matches!(answer.slug(), "lock-held" | "no-permits");
+                if pending {
+                    seen.borrow_mut().0 = answer.held_by();
+                }
+                pending
             },
             |piece_ms, timeout| {
-                let mut body = json!({"holder": holder, "wait_ms": piece_ms});
+                // A try after a refusal: the wait goes on.
+                let mut seen = seen.borrow_mut();
+                if seen.0.is_some() && seen.0 != seen.1 {
+                    let owners = seen.0.clone().unwrap_or_default();
+                    eprintln!("latchkey: {what}: waiting; held by {owners}");
+                    seen.1 = seen.0.clone();
+                }
+                let mut body =
+                    json!({"holder": holder, "owner": owner, "wait_ms": piece_ms});
                 if let Some(lease_ms) = lease_ms {
                     body["lease_ms"] = json!(lease_ms);
                 }
@@ -553,4 +632,101 @@ async fn count_down(
         .map_err(|failure| Stop::from_failure(&what, failure))?;
     println!("{}", answer.body);
     Ok(0)
+}
+
+/// The longest owner label the service accepts, in bytes.
+const OWNER_MAX: usize = 200;
+
+/// `--owner`, or "<host> pid <pid> <command>": at most [`OWNER_MAX`]
+/// bytes (cut on a character boundary), control characters replaced.
+fn owner_label(given: Option<&str>, command: &[OsString]) -> String {
+    let text = match given {
+        Some(owner) => owner.to_string(),
+        None => {
+            let command: Vec<String> = command
+                .iter()
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect();
+            format!(
+                "{} pid {} {}",
+                host_name(),
+                std::process::id(),
+                command.join(" ")
+            )
+        }
+    };
+    let mut label = String::with_capacity(text.len().min(OWNER_MAX));
+    for c in text.chars().map(|c| if c.is_control() { '?' } else { c }) {
+        if label.len() + c.len_utf8() > OWNER_MAX {
+            break;
+        }
+        label.push(c);
+    }
+    label
+}
+
+/// This machine's host name (Linux's, then `$HOSTNAME`, else
+/// `localhost`).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// `latchkey ls KIND`.
+async fn ls(
+    kind: &str,
+    prefix: Option<&str>,
+    limit: Option<u64>,
+    json: bool,
+    args: &ServiceArgs,
+) -> Result<u8, Stop> {
+    let kind = show::collection(kind)?;
+    let service = args.service()?;
+    let items = show::list(&service, kind, prefix, limit).await?;
+    if json {
+        println!("{}", Value::Array(items));
+    } else {
+        for line in show::list_table(&items) {
+            println!("{line}");
+        }
+    }
+    Ok(0)
+}
+
+/// `latchkey status KIND NAME`.
+async fn show_status(kind: &str, name: &str, json: bool, args: &ServiceArgs) -> Result<u8, Stop> {
+    let kind = show::collection(kind)?;
+    let service = args.service()?;
+    let object = show::status(&service, kind, name).await?;
+    if json {
+        println!("{object}");
+    } else {
+        for line in show::status_table(&object) {
+            println!("{line}");
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_labels_are_cut_on_a_character_boundary_without_control_characters() {
+        assert_eq!(owner_label(Some("cron\tnightly\n"), &[]), "cron?nightly?");
+        let long = "é".repeat(150);
+        let cut = owner_label(Some(&long), &[]);
+        assert_eq!(cut.len(), 200);
+        assert!(cut.chars().all(|c| c == 'é'));
+        let default = owner_label(None, &["sh".into(), "-c".into(), "exit 0".into()]);
+        assert!(
+            default.ends_with(&format!(" pid {} sh -c exit 0", std::process::id())),
+            "{default}"
+        );
+    }
 }

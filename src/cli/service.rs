@@ -43,6 +43,20 @@ impl Answer {
         }
     }
 
+    /// The owners a refusal names (`held_by`), joined for a message;
+    /// `None` when the answer has no `held_by` (or an empty one).
+    pub fn held_by(&self) -> Option<String> {
+        let owners = self.body["held_by"].as_array()?;
+        if owners.is_empty() {
+            return None;
+        }
+        let named: Vec<String> = owners
+            .iter()
+            .map(|o| o.as_str().map_or("(no owner)".into(), |o| format!("{o:?}")))
+            .collect();
+        Some(named.join(", "))
+    }
+
     /// When to ask again: `retry_after_ms`, else `Retry-After`, else 1 s.
     fn retry_after(&self) -> Duration {
         match (self.body["retry_after_ms"].as_u64(), self.retry_after_secs) {

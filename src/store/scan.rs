@@ -380,6 +380,103 @@ mod tests {
         }
     }
 
+    /// Shards `(first slot, node)` of layout `layout`.
+    fn shards(layout: u64, list: &[(u32, &str)]) -> Shards {
+        Shards {
+            layout,
+            list: list
+                .iter()
+                .map(|(id, node)| Shard {
+                    id: *id,
+                    node: node.to_string(),
+                    addr: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// A fake server per shard node: `steps[node]` is its SCAN, one
+    /// `(next cursor, keys)` per cursor value (0, then 1, ...).
+    type Servers = Vec<(&'static str, Vec<(u64, Vec<&'static str>)>)>;
+
+    async fn run(
+        shards: &Shards,
+        from: Option<Position>,
+        limit: usize,
+        servers: &Servers,
+    ) -> KeyPage {
+        page(shards, from, limit, |shard, at| async move {
+            let (_, steps) = servers.iter().find(|(n, _)| *n == shard.node).unwrap();
+            let (next, keys) = &steps[at as usize];
+            Ok((*next, keys.iter().map(|k| k.to_string()).collect()))
+        })
+        .await
+        .unwrap()
+    }
+
+    fn all_pages(
+        shards: &Shards,
+        limit: usize,
+        servers: &Servers,
+    ) -> (Vec<String>, usize) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (mut keys, mut pages, mut from) = (Vec::new(), 0, None);
+        loop {
+            let p = rt.block_on(run(shards, from, limit, servers));
+            assert!(p.keys.len() <= limit, "{p:?}");
+            keys.extend(p.keys);
+            pages += 1;
+            match p.next {
+                Some(next) => from = Some(next),
+                None => return (keys, pages),
+            }
+        }
+    }
+
+    #[test]
+    fn pages_walk_every_shard_and_split_a_step_larger_than_the_page() {
+        let servers: Servers = vec![
+            ("n1", vec![(1, vec!["a", "b", "c"]), (0, vec!["d"])]),
+            ("n2", vec![(0, vec!["e"])]),
+        ];
+        let layout = shards(7, &[(0, "n1"), (8192, "n2")]);
+        for limit in [1, 2, 3, 5, 100] {
+            let (keys, _) = all_pages(&layout, limit, &servers);
+            assert_eq!(keys, ["a", "b", "c", "d", "e"], "limit {limit}");
+        }
+        let (_, pages) = all_pages(&layout, 1, &servers);
+        assert_eq!(pages, 5);
+    }
+
+    #[test]
+    fn a_failover_restarts_its_shard_and_a_new_layout_restarts_the_listing() {
+        let servers: Servers = vec![
+            ("n1", vec![(1, vec!["a"]), (0, vec!["b"])]),
+            ("n2", vec![(1, vec!["c"]), (0, vec!["d"])]),
+            ("r2", vec![(1, vec!["c"]), (0, vec!["d"])]),
+        ];
+        let before = shards(7, &[(0, "n1"), (8192, "n2")]);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        // In the middle of n2's scan.
+        let at = Position {
+            layout: 7,
+            shard: 8192,
+            node: "n2".into(),
+            scan: 1,
+            after: None,
+        };
+        let same = rt.block_on(run(&before, Some(at.clone()), 10, &servers));
+        assert_eq!(same.keys, ["d"]);
+        // n2 failed over to r2: its shard is scanned again from the start.
+        let failed_over = shards(7, &[(0, "n1"), (8192, "r2")]);
+        let again = rt.block_on(run(&failed_over, Some(at.clone()), 10, &servers));
+        assert_eq!(again.keys, ["c", "d"]);
+        // Resharded: the whole listing again.
+        let resharded = shards(9, &[(0, "n1"), (5000, "n2")]);
+        let restarted = rt.block_on(run(&resharded, Some(at), 10, &servers));
+        assert_eq!(restarted.keys, ["a", "b", "c", "d"]);
+    }
+
     #[test]
     fn glob_characters_are_escaped() {
         assert_eq!(glob_escape("a*b?[c]\\d"), "a\\*b\\?\\[c\\]\\\\d");

@@ -270,6 +270,11 @@ async fn the_documented_acl_serves_every_primitive_and_the_redlock_nodes() {
     })
     .await;
     assert!(pinged, "the subscriber sends PING");
+    // Listings SCAN the main Redis and the RedLock nodes.
+    for kind in ["locks", "semaphores", "redlocks", "sessions"] {
+        let listed = app.client.get(app.url(&format!("/{kind}"))).send().await.unwrap();
+        assert_eq!(listed.status(), StatusCode::OK, "GET /{kind}");
+    }
     assert!(
         app.metrics()
             .await
@@ -359,6 +364,9 @@ async fn the_documented_acl_serves_redis_cluster() {
     for i in 0..4 {
         hand_over(&app, &format!("/locks/acl-cluster-{i}"), "acquire").await;
     }
+    // A listing asks for the masters (CLUSTER SLOTS) and SCANs each.
+    let listed = app.client.get(app.url("/locks")).send().await.unwrap();
+    assert_eq!(listed.status(), StatusCode::OK);
     for node in &cluster.nodes {
         assert_nothing_refused(node).await;
     }

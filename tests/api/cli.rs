@@ -852,3 +852,58 @@ async fn sigint_or_sigterm_while_waiting_leaves_the_queue_and_exits_128_plus_the
         );
     }
 }
+
+#[tokio::test]
+async fn ls_lists_every_page_as_a_table_or_json_and_status_shows_one_object() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for i in 0..5 {
+        app.must_acquire(&format!("ls-lock-{i}"), json!({"lease_ms": 60000}))
+            .await;
+    }
+    app.must_acquire("other", json!({"lease_ms": 60000})).await;
+    let put = app
+        .client
+        .put(app.url("/semaphores/ls-sem"))
+        .json(&json!({"permits": 4}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+
+    // A table, every page followed (--limit caps the total, not a page).
+    let table = output(&app, &["ls", "locks", "--prefix", "ls-lock-"]).await;
+    assert_eq!(table.status.code(), Some(0));
+    let text = stdout(&table);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines[0].contains("LOCKED"), "{text}");
+    assert_eq!(lines.len(), 6, "a header and five locks: {text}");
+    for i in 0..5 {
+        assert!(text.contains(&format!("ls-lock-{i} ")), "{text}");
+    }
+    assert!(!text.contains("other"), "{text}");
+    let capped = output(&app, &["ls", "lock", "--limit", "2", "--json"]).await;
+    let items: Value = serde_json::from_str(&stdout(&capped)).expect("JSON");
+    assert_eq!(items.as_array().unwrap().len(), 2, "{items}");
+
+    let json_out = output(&app, &["ls", "semaphores", "--json"]).await;
+    let items: Value = serde_json::from_str(&stdout(&json_out)).expect("JSON");
+    assert_eq!(items[0]["name"], "ls-sem");
+    assert_eq!(items[0]["permits"], 4);
+
+    let status = output(&app, &["status", "semaphore", "ls-sem"]).await;
+    assert_eq!(status.status.code(), Some(0));
+    let text = stdout(&status);
+    assert!(text.lines().next().unwrap().contains("PERMITS"), "{text}");
+    assert!(text.contains("ls-sem"), "{text}");
+    let status = output(&app, &["status", "locks", "ls-lock-1", "--json"]).await;
+    let object: Value = serde_json::from_str(&stdout(&status)).expect("JSON");
+    assert_eq!(object["locked"], true);
+
+    // A semaphore never configured: refused (64), and an unknown kind.
+    let missing = output(&app, &["status", "semaphores", "nope"]).await;
+    assert_eq!(missing.status.code(), Some(64), "{}", stderr(&missing));
+    let unknown = output(&app, &["ls", "mutexes"]).await;
+    assert_eq!(unknown.status.code(), Some(64));
+    assert!(stderr(&unknown).contains("unknown kind"), "{}", stderr(&unknown));
+}

@@ -10,6 +10,7 @@ mod fair;
 mod hardening;
 mod helpers;
 mod latches;
+mod listings;
 mod locks;
 mod model;
 mod multilocks;

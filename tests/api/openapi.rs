@@ -39,8 +39,9 @@ fn resource(path: &str) -> String {
 }
 
 /// What an operation id may say an operation does to its resource.
-const ACTIONS: [&str; 11] = [
+const ACTIONS: [&str; 12] = [
     "acquire",
+    "list",
     "create",
     "heartbeat",
     "release",
@@ -66,21 +67,26 @@ fn every_operation_has_a_unique_id_named_after_its_resource_and_action() {
             id.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !id.starts_with('_'),
             "{method} {path}: operationId {id:?} is not snake case"
         );
-        // `<action>_<resource>`, or `<action>_<resource>_<mode>` for the
-        // two rwlock acquires.
+        // `<action>_<resource>`, `<action>_<resource>_<mode>` for the
+        // two rwlock acquires, or `list_<resources>` (the plural) for a listing.
         let resource = resource(&path);
         let (action, mode) = id
             .split_once(&format!("_{resource}"))
             .unwrap_or_else(|| panic!("{method} {path}: {id:?} does not name {resource:?}"));
         assert!(
-            ACTIONS.contains(&action) && ["", "_read", "_write"].contains(&mode),
+            ACTIONS.contains(&action)
+                && (["", "_read", "_write"].contains(&mode)
+                    || (action == "list" && ["s", "es"].contains(&mode))),
             "{method} {path}: {id:?} is not <action>_{resource}"
         );
         if let Some(other) = seen.insert(id.clone(), format!("{method} {path}")) {
             panic!("operationId {id:?} is used by {other} and by {method} {path}");
         }
     }
-    assert_eq!(seen.len(), 45, "{seen:#?}");
+    assert_eq!(seen.len(), 54, "{seen:#?}");
+    assert_eq!(seen["list_fair_locks"], "get /fair-locks");
+    assert_eq!(seen["list_sessions"], "get /sessions");
+    assert_eq!(seen["get_whoami"], "get /whoami");
     assert_eq!(seen["acquire_lock"], "post /locks/{name}/acquire");
     assert_eq!(seen["acquire_fair_lock"], "post /fair-locks/{name}/acquire");
     assert_eq!(
