@@ -155,6 +155,13 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub not_held: Option<Vec<String>>,
+    /// On "not acquired" answers of what holders hold (`lock-held`,
+    /// `no-permits`): the owner labels of the holds that block the request
+    /// (at most 10; null for a hold without one; empty when only waiters
+    /// queued ahead block it). Never holder ids (README: "Who holds it").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<Vec<Option<String>>>, example = json!(["web-7 pid 4242 POST /orders/42"]))]
+    pub held_by: Option<Vec<Option<String>>>,
 }
 
 /// An error answer: the problem document and its `Retry-After` header.
@@ -199,6 +206,7 @@ impl ApiError {
                 available: None,
                 blocked_by: None,
                 not_held: None,
+                held_by: None,
             },
             retry_after_secs: None,
         }))
@@ -288,6 +296,12 @@ impl ApiError {
             "the lock is held by another holder",
         )
         .with_retry_after_ms(retry_after_ms)
+    }
+
+    /// Names the owners of the holds that block the request (`held_by`).
+    pub fn with_held_by(mut self, held_by: Vec<Option<String>>) -> Self {
+        self.problem.held_by = Some(held_by);
+        self
     }
 
     /// Sets `retry_after_ms` and the matching `Retry-After` header

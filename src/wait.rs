@@ -227,7 +227,7 @@ struct Latest {
 
 impl Latest {
     fn blocked_now(&self) -> Option<Blocked> {
-        self.blocked.map(|(b, at)| aged(b, at))
+        self.blocked.as_ref().map(|(b, at)| aged(b, *at))
     }
 
     /// What a wait that ends now answers.
@@ -244,9 +244,11 @@ impl Latest {
 /// queue position, or a remaining lease that moved by more than 100 ms.
 /// Only such changes wake queued waiters and make SSE `waiting` events, so
 /// a handoff among thousands of waiters does not wake every one of them.
-fn differs(before: Option<Blocked>, now: Blocked) -> bool {
+fn differs(before: Option<&Blocked>, now: &Blocked) -> bool {
     before.is_none_or(|b| {
-        now.position != b.position || now.retry_after_ms.abs_diff(b.retry_after_ms) > 100
+        now.position != b.position
+            || now.held_by != b.held_by
+            || now.retry_after_ms.abs_diff(b.retry_after_ms) > 100
     })
 }
 
@@ -256,7 +258,7 @@ fn differs(before: Option<Blocked>, now: Blocked) -> bool {
 fn observe(latest: &watch::Sender<Latest>, blocked: Blocked) -> bool {
     let at = Instant::now();
     latest.send_if_modified(|l| {
-        let news = l.failing.is_some() || differs(l.blocked_now(), blocked);
+        let news = l.failing.is_some() || differs(l.blocked_now().as_ref(), &blocked);
         *l = Latest {
             blocked: Some((blocked, at)),
             failing: None,
@@ -266,11 +268,11 @@ fn observe(latest: &watch::Sender<Latest>, blocked: Blocked) -> bool {
 }
 
 /// The same hint, aged by the time since it was observed.
-fn aged(blocked: Blocked, observed: Instant) -> Blocked {
+fn aged(blocked: &Blocked, observed: Instant) -> Blocked {
     let elapsed = observed.elapsed().as_millis() as u64;
     Blocked {
         retry_after_ms: blocked.retry_after_ms.saturating_sub(elapsed),
-        ..blocked
+        ..blocked.clone()
     }
 }
 
@@ -685,7 +687,7 @@ async fn last_look<T>(
         Ok(Attempt::Refused(r)) => Err(WaitError::Refused(r)),
         Ok(Attempt::Blocked(blocked)) => {
             if let Some(latest) = group {
-                observe(latest, blocked);
+                observe(latest, blocked.clone());
             }
             Ok(Outcome::TimedOut(blocked))
         }
@@ -802,9 +804,9 @@ impl Waiter {
                 Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
                 Ok(Attempt::Blocked(now_blocked)) => {
                     backoff = Backoff::default();
-                    observe(latest, now_blocked);
-                    if differs(before, now_blocked) {
-                        progress(now_blocked);
+                    observe(latest, now_blocked.clone());
+                    if differs(before.as_ref(), &now_blocked) {
+                        progress(now_blocked.clone());
                     }
                     // Pub/sub is at-most-once: re-check by ourselves no
                     // later than the blocker's remaining lease (+1 ms to
@@ -1025,7 +1027,7 @@ impl Own {
 
     /// The last blocker, aged to now.
     fn now(&self) -> Blocked {
-        aged(self.current.0, self.current.1)
+        aged(&self.current.0, self.current.1)
     }
 
     /// What a wait that reaches its deadline answers.
@@ -1048,9 +1050,9 @@ impl Own {
         let now = self.now();
         let looked = last_look(shutdown, deadline, attempt, None, || self.timed_out()).await;
         if let Ok(Outcome::TimedOut(blocked)) = &looked
-            && differs(Some(now), *blocked)
+            && differs(Some(&now), blocked)
         {
-            progress(*blocked);
+            progress(blocked.clone());
         }
         looked
     }
@@ -1074,10 +1076,10 @@ impl Own {
             Ok(Attempt::Blocked(blocked)) => {
                 self.backoff = Backoff::default();
                 self.failing = None;
-                if differs(Some(self.now()), blocked) {
-                    progress(blocked);
+                if differs(Some(&self.now()), &blocked) {
+                    progress(blocked.clone());
                 }
-                self.current = (blocked, Instant::now());
+                self.current = (blocked.clone(), Instant::now());
                 Tried::Blocked(blocked)
             }
             Err(e) if e.is_transient() => {
@@ -1167,7 +1169,7 @@ impl Watching {
                 }
                 self.failing = None;
                 self.backoff = Backoff::default();
-                self.learn(*b, read.started)
+                self.learn(b.clone(), read.started)
             }
         }
     }
@@ -1186,6 +1188,7 @@ impl Watching {
         let blocked = Blocked {
             retry_after_ms: n.recheck_ms,
             position: Some(n.position),
+            held_by: self.current.0.held_by.clone(),
             ..Blocked::default()
         };
         Some(self.learn(blocked, Instant::now()))
@@ -1203,8 +1206,8 @@ impl Watching {
 
     fn learn(&mut self, blocked: Blocked, at: Instant) -> News {
         let fell = blocked.position < self.current.0.position;
-        self.current = (blocked, at);
         self.recheck = broadcast_recheck(&blocked, at);
+        self.current = (blocked.clone(), at);
         self.basis = at;
         if fell {
             News::Fell(blocked)
@@ -1243,10 +1246,10 @@ impl Waiter {
         let mut wake = (self.wake.take()).unwrap_or_else(|| group.subscription.receiver());
         let began = Instant::now();
         let mut w = Watching {
+            recheck: broadcast_recheck(&first, began),
             current: (first, began),
             // The message it was admitted at, until it takes another.
             seen_seq: wake.borrow().seq,
-            recheck: broadcast_recheck(&first, began),
             basis: began,
             failing: None,
             backoff: Backoff::default(),
@@ -1325,7 +1328,7 @@ impl Waiter {
                 _ = sleep_until(deadline) => {
                     return match w.failing {
                         Some(e) => Err(WaitError::Backend(e)),
-                        None => Ok(Outcome::TimedOut(aged(w.current.0, w.current.1))),
+                        None => Ok(Outcome::TimedOut(aged(&w.current.0, w.current.1))),
                     };
                 }
                 // The sender lives as long as our group's subscription.
@@ -1350,7 +1353,7 @@ impl Waiter {
                     News::Nothing
                 }
                 _ = tick.tick() => {
-                    progress(aged(w.current.0, w.current.1));
+                    progress(aged(&w.current.0, w.current.1));
                     News::Nothing
                 }
             };

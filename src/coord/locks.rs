@@ -16,7 +16,10 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm, Wait, queued};
+use super::{
+    Attempt, AttemptId, Blocked, HoldInfo, Layout, Refusal, SessionTerm, Wait, queued,
+    reply_held_by, reply_owner,
+};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A successful acquisition or renewal.
@@ -40,13 +43,18 @@ pub struct Released {
 }
 
 /// Public state of a lock (never the holder id).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
     pub locked: bool,
     pub hold_count: u64,
     pub ttl_ms: u64,
     /// Last fencing token issued (0 if never locked).
     pub fencing_token: u64,
+    /// The hold, when locked (one: a reentrant lock's holds are one
+    /// holder's).
+    pub holds: Vec<HoldInfo>,
+    /// Fair locks: the waiters queued in Redis (every instance's).
+    pub queued: Option<u64>,
 }
 
 /// Reads `[token, hold_count, lease_ms]` (after the leading 1).
@@ -154,7 +162,7 @@ impl Locks {
         attempt: &AttemptId,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let wait = Wait::from(wait_left_ms);
-        self.try_acquire_in(name, holder, lease_ms, wait, attempt, None)
+        self.try_acquire_in(name, holder, lease_ms, wait, attempt, None, "")
             .await
     }
 
@@ -164,7 +172,9 @@ impl Locks {
     /// unused then). Refused with `SessionMismatch` when the holder holds
     /// the lock in no session or another one. `wait` is the request's
     /// [`Wait`]: the time it may still wait and the ticket its earlier
-    /// tries were given.
+    /// tries were given. `owner` is the hold's owner label ('' for none: a
+    /// re-entry then keeps the label the hold has).
+    #[allow(clippy::too_many_arguments)]
     pub async fn try_acquire_in(
         &self,
         name: &str,
@@ -173,6 +183,7 @@ impl Locks {
         wait: Wait,
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
+        owner: &str,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let keys = self.layout.keys(name, Some(attempt), &[]);
         let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
@@ -180,7 +191,7 @@ impl Locks {
             name,
             holder,
             wait,
-            &[&lease, attempt.as_str(), &session, &version],
+            &[&lease, attempt.as_str(), &session, &version, owner],
         );
         let reply: Vec<Value> = self
             .layout
@@ -189,10 +200,14 @@ impl Locks {
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
-            [Value::Int(0), Value::Int(ttl)] => Ok(Attempt::Blocked(Blocked::after(
-                u64::try_from(*ttl).unwrap_or(NO_TTL_RECHECK_MS),
-            ))),
-            [Value::Int(0), rest @ ..] if rest.len() == 4 => Ok(Attempt::Blocked(queued(rest)?)),
+            [Value::Int(0), Value::Int(ttl), owner] => Ok(Attempt::Blocked(Blocked {
+                held_by: vec![reply_owner(owner)],
+                ..Blocked::after(u64::try_from(*ttl).unwrap_or(NO_TTL_RECHECK_MS))
+            })),
+            [Value::Int(0), rest @ ..] if rest.len() == 5 => Ok(Attempt::Blocked(Blocked {
+                held_by: reply_held_by(&rest[4])?,
+                ..queued(&rest[..4])?
+            })),
             // Only possible for an attempt its caller already gave up on.
             [Value::Int(-1)] => Err(StoreError::timeout()),
             [Value::Int(-5)] => Ok(Attempt::Refused(Refusal::SessionMismatch)),
@@ -353,22 +368,29 @@ impl Locks {
         Ok(removed == 1)
     }
 
+    /// The lock's state: its hold (with its owner label, never its holder
+    /// id) and, on a fair lock, how many wait in its queue.
     pub async fn state(&self, name: &str) -> Result<LockState, StoreError> {
+        let mut keys = vec![self.layout.key(name, ""), self.layout.key(name, "fence")];
+        if let LockKind::Fair { .. } = self.kind {
+            keys.extend(["queue", "deadlines"].map(|p| self.layout.key(name, p)));
+        }
         let reply: Vec<Value> = self
             .layout
             .store
-            .run(
-                &scripts::LOCK_STATE,
-                &[self.layout.key(name, ""), self.layout.key(name, "fence")],
-                &[] as &[&str],
-            )
+            .run(&scripts::LOCK_STATE, &keys, &[] as &[&str])
             .await?;
         match reply.as_slice() {
-            [locked, count, ttl, fence] => Ok(LockState {
+            [locked, count, ttl, fence, holds, queued] => Ok(LockState {
                 locked: reply_u64(locked, "locked")? == 1,
                 hold_count: reply_u64(count, "count")?,
                 ttl_ms: reply_u64(ttl, "ttl")?,
                 fencing_token: reply_u64(fence, "fence")?,
+                holds: HoldInfo::list(holds)?,
+                queued: match queued {
+                    Value::Int(n) if *n < 0 => None,
+                    other => Some(reply_u64(other, "queued")?),
+                },
             }),
             other => Err(StoreError::reply("lock_state", other)),
         }

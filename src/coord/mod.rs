@@ -97,7 +97,7 @@ impl Idempotent<'_> {
 
 /// Why a request could not be granted (yet): what its "not acquired"
 /// answer and its SSE `waiting` events report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Blocked {
     /// The hint for clients: when trying again may succeed, in ms.
     pub retry_after_ms: u64,
@@ -110,7 +110,14 @@ pub struct Blocked {
     /// Which of the request's objects block it, where it names several
     /// (at most 64): bit `i` stands for its `i`-th object.
     pub blocked_by: Option<u64>,
+    /// The owner labels of the holds that block the request (at most
+    /// [`MAX_HELD_BY`]; `None` for a hold without one). Empty when no hold
+    /// blocks it (only waiters queued ahead). Never holder ids.
+    pub held_by: Vec<Option<String>>,
 }
+
+/// The most owners a refusal names in `held_by`.
+pub const MAX_HELD_BY: usize = 10;
 
 /// A waiter's entry in a queue kept in Redis (fair locks): the engine
 /// wakes it when the queue's wake message names its ticket.
@@ -183,6 +190,20 @@ pub struct SessionTerm<'a> {
     /// When the session ends by that version: ms since the Unix epoch on
     /// the session's Redis clock.
     pub end_ms: u64,
+    /// The session's owner label: the label of a hold taken in it by an
+    /// acquire that sends none (README: "Who holds it").
+    pub owner: Option<&'a str>,
+}
+
+impl<'a> SessionTerm<'a> {
+    /// The owner label a hold taken with `owner` ('' for none) records:
+    /// its own, or else its session's.
+    pub fn owner_of(owner: &'a str, term: Option<SessionTerm<'a>>) -> &'a str {
+        match (owner, term.and_then(|t| t.owner)) {
+            ("", Some(session)) => session,
+            (own, _) => own,
+        }
+    }
 }
 
 impl SessionTerm<'_> {
@@ -416,10 +437,123 @@ pub(crate) fn queued(reply: &[Value]) -> Result<Blocked, StoreError> {
                 }),
                 available: None,
                 blocked_by: None,
+                held_by: Vec::new(),
             })
         }
         other => Err(StoreError::Unexpected(format!(
             "a waiting reply of {other:?}"
         ))),
+    }
+}
+
+/// An owner label as a script replies it: '' (or nil) for none.
+pub(crate) fn reply_owner(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) if !bytes.is_empty() => {
+            Some(String::from_utf8_lossy(bytes).into_owned())
+        }
+        Value::SimpleString(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// A script's list of the owners of blocking holds (`scripts/holds.lua`),
+/// at most [`MAX_HELD_BY`] of them.
+pub(crate) fn reply_held_by(value: &Value) -> Result<Vec<Option<String>>, StoreError> {
+    match value {
+        Value::Array(owners) => Ok(owners.iter().take(MAX_HELD_BY).map(reply_owner).collect()),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(StoreError::Unexpected(format!("held_by: {other:?}"))),
+    }
+}
+
+/// One hold as a state read reports it (`hold_entry` in
+/// `scripts/holds.lua`): never its holder id or session id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldInfo {
+    /// The owner label the acquire (or its session) sent, if any.
+    pub owner: Option<String>,
+    /// Remaining lease, in ms.
+    pub expires_in_ms: u64,
+    /// Since the grant that made the hold, in ms (a re-entry keeps it).
+    pub held_for_ms: u64,
+    /// Whether the hold was taken in a session.
+    pub session: bool,
+    /// What it holds: its hold count, or permits (semaphores).
+    pub count: u64,
+    /// `read` or `write` (rwlocks); `None` elsewhere.
+    pub mode: Option<String>,
+}
+
+impl HoldInfo {
+    /// Reads one `{owner, expires_in_ms, held_for_ms, in_session, count,
+    /// mode}` entry.
+    pub(crate) fn from_reply(value: &Value) -> Result<Self, StoreError> {
+        match value {
+            Value::Array(fields) => match fields.as_slice() {
+                [owner, expires, held_for, session, count, mode] => Ok(HoldInfo {
+                    owner: reply_owner(owner),
+                    expires_in_ms: reply_u64(expires, "expires_in_ms")?,
+                    held_for_ms: reply_u64(held_for, "held_for_ms")?,
+                    session: reply_u64(session, "session")? == 1,
+                    count: reply_u64(count, "count")?,
+                    mode: reply_owner(mode),
+                }),
+                other => Err(StoreError::Unexpected(format!("a hold of {other:?}"))),
+            },
+            other => Err(StoreError::Unexpected(format!("a hold of {other:?}"))),
+        }
+    }
+
+    /// Reads a list of holds.
+    pub(crate) fn list(value: &Value) -> Result<Vec<Self>, StoreError> {
+        match value {
+            Value::Array(holds) => holds.iter().map(Self::from_reply).collect(),
+            Value::Nil => Ok(Vec::new()),
+            other => Err(StoreError::Unexpected(format!("holds: {other:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn holds_and_owners_are_read_from_script_replies() {
+        let hold = Value::Array(vec![
+            bulk("web-7"),
+            Value::Int(2500),
+            Value::Int(700),
+            Value::Int(1),
+            Value::Int(2),
+            bulk("read"),
+        ]);
+        let info = HoldInfo::from_reply(&hold).unwrap();
+        assert_eq!(info.owner.as_deref(), Some("web-7"));
+        assert_eq!(
+            (info.expires_in_ms, info.held_for_ms, info.count),
+            (2500, 700, 2)
+        );
+        assert!(info.session);
+        assert_eq!(info.mode.as_deref(), Some("read"));
+        let none = Value::Array(vec![
+            bulk(""),
+            Value::Int(1),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(1),
+            bulk(""),
+        ]);
+        let info = HoldInfo::from_reply(&none).unwrap();
+        assert_eq!((info.owner, info.mode, info.session), (None, None, false));
+        let many = Value::Array((0..12).map(|i| bulk(&format!("o{i}"))).collect());
+        assert_eq!(reply_held_by(&many).unwrap().len(), MAX_HELD_BY);
+        let mixed = Value::Array(vec![bulk(""), bulk("a")]);
+        assert_eq!(reply_held_by(&mixed).unwrap(), vec![None, Some("a".into())]);
     }
 }

@@ -15,7 +15,7 @@
 use redis::Value;
 
 use super::locks::{LockGrant, LockKind, Locks};
-use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm, Wait};
+use super::{Attempt, AttemptId, Blocked, Layout, Refusal, SessionTerm, Wait, reply_held_by};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Used when a blocker has no TTL at all (someone PERSISTed a key by
@@ -75,13 +75,13 @@ impl MultiLocks {
     }
 
     /// The keys and arguments of a multi-lock script (`scripts/multi.lua`):
-    /// every name's keys, the script's six own arguments, every name's
+    /// every name's keys, the script's seven own arguments, every name's
     /// wake channel.
     fn invocation(
         &self,
         names: &[String],
         attempt: Option<&AttemptId>,
-        own: [&str; 6],
+        own: [&str; 7],
     ) -> (Vec<String>, Vec<String>) {
         let keys = names
             .iter()
@@ -98,7 +98,7 @@ impl MultiLocks {
         script: &Script,
         names: &[String],
         attempt: Option<&AttemptId>,
-        own: [&str; 6],
+        own: [&str; 7],
     ) -> Result<T, StoreError> {
         let (keys, args) = self.invocation(names, attempt, own);
         self.layout
@@ -118,12 +118,13 @@ impl MultiLocks {
         lease_ms: u64,
         attempt: &AttemptId,
     ) -> Result<Attempt<Holds>, StoreError> {
-        self.try_acquire_in(names, holder, lease_ms, attempt, None)
+        self.try_acquire_in(names, holder, lease_ms, attempt, None, "")
             .await
     }
 
     /// [`Self::try_acquire`], or with `session` in a session (see
-    /// [`Locks::try_acquire_in`]).
+    /// [`Locks::try_acquire_in`]); every lock of the set records `owner`
+    /// ('' for none) as its hold's owner label.
     pub async fn try_acquire_in(
         &self,
         names: &[String],
@@ -131,14 +132,15 @@ impl MultiLocks {
         lease_ms: u64,
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
+        owner: &str,
     ) -> Result<Attempt<Holds>, StoreError> {
         if !self.one_node() {
             return self
-                .acquire_in_order(names, holder, lease_ms, attempt, session)
+                .acquire_in_order(names, holder, lease_ms, attempt, session, owner)
                 .await;
         }
         let [lease, id, version] = SessionTerm::args(Some(lease_ms), session);
-        let own = [holder, &lease, attempt.as_str(), "", &id, &version];
+        let own = [holder, &lease, attempt.as_str(), "", &id, &version, owner];
         let reply: Vec<Value> = self
             .call(&scripts::MULTI_ACQUIRE, names, Some(attempt), own)
             .await?;
@@ -156,9 +158,10 @@ impl MultiLocks {
                     .collect::<Result<_, StoreError>>()?;
                 Ok(Attempt::Granted(holds))
             }
-            [Value::Int(0), Value::Int(longest), blocking @ ..] if !blocking.is_empty() => {
+            [Value::Int(0), Value::Int(longest), owners, blocking @ ..] if !blocking.is_empty() => {
                 Ok(Attempt::Blocked(Blocked {
                     blocked_by: Some(bits(indexes(blocking)?)),
+                    held_by: reply_held_by(owners)?,
                     ..Blocked::after(u64::try_from(*longest).unwrap_or(NO_TTL_RECHECK_MS))
                 }))
             }
@@ -179,6 +182,7 @@ impl MultiLocks {
         lease_ms: u64,
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
+        owner: &str,
     ) -> Result<Attempt<Holds>, StoreError> {
         let mut order: Vec<usize> = (0..names.len()).collect();
         order.sort_by(|a, b| names[*a].cmp(&names[*b]));
@@ -193,6 +197,7 @@ impl MultiLocks {
                     Wait::default(),
                     attempt,
                     session,
+                    owner,
                 )
                 .await;
             let outcome = match tried {
@@ -244,7 +249,7 @@ impl MultiLocks {
         if !self.one_node() {
             return Ok(self.undo_each(names, holder, attempt).await);
         }
-        let own = [holder, "", attempt.as_str(), UNDO_MARKER_MS, "", ""];
+        let own = [holder, "", attempt.as_str(), UNDO_MARKER_MS, "", "", ""];
         let given: i64 = self
             .call(&scripts::MULTI_UNDO, names, Some(attempt), own)
             .await?;
@@ -281,7 +286,7 @@ impl MultiLocks {
                 &scripts::MULTI_HEARTBEAT,
                 names,
                 None,
-                [holder, &lease, "", "", "", ""],
+                [holder, &lease, "", "", "", "", ""],
             )
             .await?;
         match reply.as_slice() {
@@ -327,7 +332,7 @@ impl MultiLocks {
             });
         }
         // A release must run at most once: not repeated on a dead connection.
-        let (keys, args) = self.invocation(names, None, [holder, "", "", "", "", ""]);
+        let (keys, args) = self.invocation(names, None, [holder, "", "", "", "", "", ""]);
         let reply: Vec<Value> = self
             .layout
             .store

@@ -45,7 +45,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use redis::Value;
 
-use super::{Attempt, AttemptId, Blocked, Refusal, SessionTerm};
+use super::{
+    Attempt, AttemptId, Blocked, HoldInfo, MAX_HELD_BY, Refusal, SessionTerm, reply_owner,
+};
 use crate::metrics::Metrics;
 use crate::store::{Condition, Store, StoreConfig, StoreError, reply_u64, scripts};
 
@@ -111,6 +113,43 @@ pub struct RedState {
     pub locked_on: usize,
     pub total: usize,
     pub nodes: Vec<NodeState>,
+    /// The hold as a quorum of the nodes sees it (see [`agreed_hold`]);
+    /// `None` when no quorum of nodes has one same hold.
+    pub hold: Option<HoldInfo>,
+}
+
+/// The hold a quorum of nodes agrees on: the nodes' parts of one acquire
+/// share the id of the try that created them (never shown), so the hold
+/// of the attempt that at least `quorum` nodes have is the lock's. Its
+/// remaining lease and time held are what a quorum of those nodes reaches
+/// at least (the `quorum`-th largest): until then it holds on a quorum;
+/// its owner and session are those of the first of those nodes in the
+/// configured order (a label changed by a re-entry that reached only
+/// some nodes may differ between them).
+pub fn agreed_hold(holds: Vec<(String, HoldInfo)>, quorum: usize) -> Option<HoldInfo> {
+    let mut attempts: Vec<&String> = holds.iter().map(|(a, _)| a).collect();
+    attempts.sort();
+    attempts.dedup();
+    let attempt = attempts
+        .into_iter()
+        .find(|a| holds.iter().filter(|(b, _)| b == *a).count() >= quorum.max(1))?
+        .clone();
+    let same: Vec<HoldInfo> = holds
+        .into_iter()
+        .filter(|(a, _)| *a == attempt)
+        .map(|(_, h)| h)
+        .collect();
+    let nth = |mut values: Vec<u64>| {
+        values.sort_unstable_by(|a, b| b.cmp(a));
+        values[quorum.max(1) - 1]
+    };
+    let expires = nth(same.iter().map(|h| h.expires_in_ms).collect());
+    let held_for = nth(same.iter().map(|h| h.held_for_ms).collect());
+    Some(HoldInfo {
+        expires_in_ms: expires,
+        held_for_ms: held_for,
+        ..same[0].clone()
+    })
 }
 
 /// Cheap to clone: one `Arc` inside.
@@ -143,8 +182,9 @@ impl std::fmt::Debug for RedLocks {
 enum NodeAcquire {
     /// Granted here (new or re-entered) with this node's token.
     Granted(u64),
-    /// Another holder holds it here for this many more ms.
-    Held(u64),
+    /// Another holder holds it here for this many more ms, under this
+    /// owner label.
+    Held(u64, Option<String>),
     /// This holder holds it here in another session, or in none (or the
     /// reverse).
     Mismatch,
@@ -269,13 +309,14 @@ impl RedLocks {
         lease_ms: u64,
         attempt: &AttemptId,
     ) -> Result<Attempt<RedGrant>, StoreError> {
-        self.try_acquire_in(name, holder, lease_ms, attempt, None)
+        self.try_acquire_in(name, holder, lease_ms, attempt, None, "")
             .await
     }
 
     /// [`Self::try_acquire`], or with `session` in a session (see
     /// [`crate::coord::locks::Locks::try_acquire_in`]): every node records
-    /// the session in its hold.
+    /// the session in its hold, and `owner` ('' for none) as its owner
+    /// label. A blocked try names the owners the refusing nodes report.
     pub async fn try_acquire_in(
         &self,
         name: &str,
@@ -283,6 +324,7 @@ impl RedLocks {
         lease_ms: u64,
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
+        owner: &str,
     ) -> Result<Attempt<RedGrant>, StoreError> {
         let started = Instant::now();
         let timeout = node_timeout(lease_ms);
@@ -292,7 +334,7 @@ impl RedLocks {
             self.key(name, &format!("undone:{}", attempt.as_str())),
         ];
         let [lease, id, version] = SessionTerm::args(Some(lease_ms), session);
-        let args = [holder, &lease, attempt.as_str(), &id, &version];
+        let args = [holder, &lease, attempt.as_str(), &id, &version, owner];
         let (keys, args) = (&keys, &args);
         let answers = self
             .on_every_node(self.all(), timeout, |node| async move {
@@ -303,8 +345,9 @@ impl RedLocks {
                     [Value::Int(1 | 2), token] => {
                         Ok(NodeAcquire::Granted(reply_u64(token, "token")?))
                     }
-                    [Value::Int(0), Value::Int(ttl)] => Ok(NodeAcquire::Held(
+                    [Value::Int(0), Value::Int(ttl), owner] => Ok(NodeAcquire::Held(
                         u64::try_from(*ttl).unwrap_or(NO_TTL_RECHECK_MS),
+                        reply_owner(owner),
                     )),
                     // Only possible for an attempt already given up.
                     [Value::Int(-1)] => Err(StoreError::timeout()),
@@ -316,12 +359,19 @@ impl RedLocks {
 
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut held: Vec<u64> = Vec::new();
+        // The owners the refusing nodes name, each once, in node order.
+        let mut held_by: Vec<Option<String>> = Vec::new();
         let mut unknown: Vec<usize> = Vec::new();
         let mut mismatch = false;
         for (i, answer) in answers {
             match answer {
                 Ok(NodeAcquire::Granted(token)) => granted.push((i, token)),
-                Ok(NodeAcquire::Held(ttl)) => held.push(ttl),
+                Ok(NodeAcquire::Held(ttl, owner)) => {
+                    held.push(ttl);
+                    if !held_by.contains(&owner) && held_by.len() < MAX_HELD_BY {
+                        held_by.push(owner);
+                    }
+                }
                 Ok(NodeAcquire::Mismatch) => mismatch = true,
                 Err(_) => unknown.push(i),
             }
@@ -370,7 +420,10 @@ impl RedLocks {
                 .unwrap_or(NO_TTL_RECHECK_MS);
             self.give_back_nodes(name, holder, attempt, &granted, &unknown, lease_ms)
                 .await;
-            return Ok(Attempt::Blocked(Blocked::after(hint)));
+            return Ok(Attempt::Blocked(Blocked {
+                held_by,
+                ..Blocked::after(hint)
+            }));
         } else {
             no_quorum(format!(
                 "{} of {total} RedLock nodes answered within {} ms; a quorum needs {quorum}; \
@@ -738,22 +791,29 @@ impl RedLocks {
                     .run(&scripts::REDLOCK_STATE, keys, &[] as &[&str])
                     .await?;
                 match reply.as_slice() {
-                    [locked, ttl] => {
-                        Ok((reply_u64(locked, "locked")? == 1, reply_u64(ttl, "ttl")?))
+                    [locked, ttl, holds, attempt] => {
+                        let hold = HoldInfo::list(holds)?.into_iter().next();
+                        let attempt = reply_owner(attempt).unwrap_or_default();
+                        let locked = reply_u64(locked, "locked")? == 1;
+                        Ok((locked, reply_u64(ttl, "ttl")?, hold.map(|h| (attempt, h))))
                     }
                     other => Err(StoreError::reply("redlock_state", other)),
                 }
             })
             .await;
+        let mut holds = Vec::new();
         let nodes: Vec<NodeState> = answers
             .into_iter()
             .map(|(node, answer)| match answer {
-                Ok((locked, ttl_ms)) => NodeState {
-                    node,
-                    reachable: true,
-                    locked,
-                    ttl_ms,
-                },
+                Ok((locked, ttl_ms, hold)) => {
+                    holds.extend(hold);
+                    NodeState {
+                        node,
+                        reachable: true,
+                        locked,
+                        ttl_ms,
+                    }
+                }
                 Err(_) => NodeState {
                     node,
                     reachable: false,
@@ -766,6 +826,7 @@ impl RedLocks {
             locked_on: nodes.iter().filter(|n| n.locked).count(),
             total: nodes.len(),
             nodes,
+            hold: agreed_hold(holds, self.inner.quorum),
         }
     }
 

@@ -41,11 +41,11 @@ use std::collections::HashMap;
 use futures_util::future::join_all;
 use redis::Value;
 
-use super::SessionTerm;
 use super::locks::Locks;
 use super::redlock::RedLocks;
 use super::rwlocks::{Mode, RwLocks};
 use super::semaphores::Semaphores;
+use super::{SessionTerm, reply_owner};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// What kind of hold is attached to a session.
@@ -111,17 +111,22 @@ impl Hold {
 }
 
 /// A session's public state (never its holds' holder ids).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionState {
     pub ttl_ms: u64,
     pub expires_in_ms: u64,
+    /// Its owner label, if it was created with one.
+    pub owner: Option<String>,
     /// Holds attached (see [`Sessions::state`]).
     pub holds: u64,
 }
 
 /// What an acquire in a session reads of it before each try.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Terms {
+    /// The session's owner label: what a hold taken in it by an acquire
+    /// that sends none records.
+    pub owner: Option<String>,
     /// The session's remaining TTL: the lease of a hold taken now.
     pub remaining_ms: u64,
     /// The version of the session's state that TTL comes from.
@@ -221,12 +226,11 @@ impl Sessions {
         self.store.response_timeout()
     }
 
-    /// Creates session `id` (namespaced like an object name); false when
-    /// one of that id exists.
-    pub async fn create(&self, id: &str, ttl_ms: u64) -> Result<bool, StoreError> {
-        let created: i64 = self
-            .call(&scripts::SESSION_CREATE, id, &[ttl_ms.to_string()])
-            .await?;
+    /// Creates session `id` (namespaced like an object name) with its
+    /// owner label ('' for none); false when one of that id exists.
+    pub async fn create(&self, id: &str, ttl_ms: u64, owner: &str) -> Result<bool, StoreError> {
+        let args = [ttl_ms.to_string(), owner.to_string()];
+        let created: i64 = self.call(&scripts::SESSION_CREATE, id, &args).await?;
         Ok(created == 1)
     }
 
@@ -237,10 +241,11 @@ impl Sessions {
         let reply: Vec<Value> = self.store.run(&scripts::SESSION_STATE, &key, &args).await?;
         match reply.as_slice() {
             [] => Ok(None),
-            [ttl, pttl, version, count, end, pairs @ ..] => Ok(Some(Read {
+            [ttl, pttl, version, count, end, owner, pairs @ ..] => Ok(Some(Read {
                 state: SessionState {
                     ttl_ms: reply_u64(ttl, "ttl")?,
                     expires_in_ms: reply_u64(pttl, "pttl")?,
+                    owner: reply_owner(owner),
                     holds: reply_u64(count, "holds")?,
                 },
                 version: reply_u64(version, "version")?,
@@ -266,6 +271,7 @@ impl Sessions {
     /// session has.
     pub async fn terms(&self, id: &str) -> Result<Option<Terms>, StoreError> {
         Ok(self.read(id, false).await?.map(|read| Terms {
+            owner: read.state.owner,
             remaining_ms: read.state.expires_in_ms,
             version: read.version,
             end_ms: read.end_ms,
@@ -401,6 +407,7 @@ impl Sessions {
             id,
             version,
             end_ms,
+            owner: None,
         };
         let (gone, least) = self.renew_all(holds.iter(), remaining.max(1), term).await?;
         // A hold gone already: released by a DELETE of the session that
@@ -439,6 +446,7 @@ impl Sessions {
             id,
             version,
             end_ms,
+            owner: None,
         };
         let (gone, _) = self
             .renew_all(holds.iter().map(|(h, _)| h), ttl_ms, term)

@@ -5,8 +5,8 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
-use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, ProblemType};
 use crate::state::AppState;
@@ -142,6 +142,68 @@ pub fn check_session(id: &str) -> Result<(), ApiError> {
 /// A session id in a path: same rules, but reported as a path problem.
 pub fn check_session_in_path(id: &str) -> Result<(), ApiError> {
     check_id(id, "session ids").map_err(ApiError::invalid_name)
+}
+
+/// The longest owner label accepted, in bytes.
+pub const MAX_OWNER: usize = 200;
+
+/// An owner label (`"owner"` in an acquire or `POST /sessions`): who holds,
+/// in words, for people reading state reads, refusals and the console
+/// (README: "Who holds it"). Not a secret and no capability: every client
+/// of the namespace can read it. 1–200 bytes of UTF-8 without control
+/// characters; anything else fails the body (400 `invalid-body`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Owner(String);
+
+impl utoipa::PartialSchema for Owner {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_OWNER))
+            .description(Some(
+                "Who holds, in words (not a secret: every client of the namespace can read \
+                 it): 1-200 bytes of UTF-8 without control characters.",
+            ))
+            .examples(["web-7 pid 4242 POST /orders/42"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Owner {}
+
+impl Owner {
+    /// Checks the rules of an owner label; the error names them.
+    pub fn new(label: String) -> Result<Self, String> {
+        if !(1..=MAX_OWNER).contains(&label.len()) {
+            return Err(format!(
+                "owner must be 1-{MAX_OWNER} bytes of UTF-8, got {} bytes",
+                label.len()
+            ));
+        }
+        if label.chars().any(char::is_control) {
+            return Err("owner must not contain control characters (newlines, tabs, ...)".into());
+        }
+        Ok(Owner(label))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The label as a script argument: '' for none (see the scripts'
+    /// header comments).
+    pub fn arg(owner: Option<&Owner>) -> String {
+        owner.map(|o| o.0.clone()).unwrap_or_default()
+    }
+}
+
+impl<'de> Deserialize<'de> for Owner {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let label = String::deserialize(d)?;
+        Owner::new(label).map_err(de::Error::custom)
+    }
 }
 
 /// A new holder id (or session id) with 128 bits of randomness, as 32 hex
@@ -376,6 +438,26 @@ mod tests {
         assert!(check_name("a b").is_err());
         assert!(check_holder(&"h".repeat(128)).is_ok());
         assert!(check_holder(&"h".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn owners_are_1_to_200_bytes_without_control_characters() {
+        let parse = |json: &str| serde_json::from_str::<Owner>(json).map_err(|e| e.to_string());
+        assert_eq!(
+            parse(r#""web-7 pid 4242""#).unwrap().as_str(),
+            "web-7 pid 4242"
+        );
+        assert!(
+            parse(&format!("\"{}\"", "é".repeat(100))).is_ok(),
+            "200 bytes"
+        );
+        let long = parse(&format!("\"{}\"", "x".repeat(201))).unwrap_err();
+        assert!(long.contains("1-200 bytes"), "{long}");
+        assert!(parse(r#""""#).is_err());
+        let control = parse(r#""a\nb""#).unwrap_err();
+        assert!(control.contains("control characters"), "{control}");
+        assert!(parse(r#""a\u0000b""#).is_err());
+        assert!(parse("42").is_err());
     }
 
     #[test]

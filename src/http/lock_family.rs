@@ -19,9 +19,11 @@ use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
-    Millis, check_holder, check_holder_in_path, lease_from, new_holder, renewal_lease, wait_from,
+    Millis, Owner, check_holder, check_holder_in_path, lease_from, new_holder, renewal_lease,
+    wait_from,
 };
 use crate::http::longpoll::{Acquisition, Timing};
+use crate::http::responses::{Counted, HoldView};
 use crate::http::sessions::{self, Held};
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -61,7 +63,7 @@ impl HolderPath {
 /// Body of an acquire. Every field is optional; the body may be omitted.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"lease_ms": 30000, "wait_ms": 0}))]
+#[schema(example = json!({"lease_ms": 30000, "wait_ms": 0, "owner": "web-7 pid 4242 POST /orders/42"}))]
 pub struct AcquireRequest {
     /// Who acquires. Omit it and the server generates one (128 random
     /// bits); reuse it to re-enter, renew and release.
@@ -91,6 +93,12 @@ pub struct AcquireRequest {
         pattern = "^[A-Za-z0-9._~:-]{1,128}$"
     )]
     pub session: Option<String>,
+    /// Who holds, in words: shown in state reads (`holds[].owner`) and to
+    /// refused requests (`held_by`) so that people can tell who holds what.
+    /// Not a secret: every client of the namespace can read it. A re-entry
+    /// with an owner replaces the label, one without keeps it. In a
+    /// session, an acquire without one takes the session's owner.
+    pub owner: Option<Owner>,
 }
 
 /// Body of a heartbeat; may be omitted.
@@ -171,6 +179,8 @@ pub struct Checked {
     pub wait_ms: u64,
     /// The session the hold attaches to (in the object's namespace).
     pub session: Option<ScopedName>,
+    /// The hold's owner label ('' for none).
+    pub owner: String,
 }
 
 impl Checked {
@@ -209,6 +219,7 @@ impl Checked {
             lease_ms,
             wait_ms,
             session,
+            owner: Owner::arg(body.owner.as_ref()),
         })
     }
 
@@ -277,7 +288,9 @@ pub struct Release {
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
     "name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500,
-    "fencing_token": 42, "waiters": 3
+    "fencing_token": 42, "waiters": 3,
+    "holds": [{"owner": "web-7 pid 4242 POST /orders/42", "expires_in_ms": 24500,
+        "held_for_ms": 5500, "session": false, "hold_count": 1}]
 }))]
 pub struct LockStatus {
     pub name: String,
@@ -289,6 +302,15 @@ pub struct LockStatus {
     pub fencing_token: u64,
     /// Requests waiting on the instance that answers.
     pub waiters: u64,
+    /// The current hold: none when free, else one (a reentrant lock's
+    /// holds are one holder's), with its owner label and `hold_count`.
+    /// Never the holder id or session id.
+    pub holds: Vec<HoldView>,
+    /// Fair locks only: the waiters queued in Redis, whichever instance
+    /// they wait on (places that have not lapsed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub queued: Option<u64>,
 }
 
 /// The answer to a force unlock.
@@ -319,6 +341,8 @@ struct LockAcquisition {
     deadline: Option<Instant>,
     /// The ticket of the request's place in the queue, once it has one.
     ticket: Ticket,
+    /// The hold's owner label ('' for none).
+    owner: String,
 }
 
 impl LockAcquisition {
@@ -337,8 +361,9 @@ impl LockAcquisition {
         self.ticket
             .tried(left, |wait| {
                 let (name, holder) = (&self.name.key, &self.holder);
+                let owner = SessionTerm::owner_of(&self.owner, session);
                 self.locks
-                    .try_acquire_in(name, holder, lease_ms, wait, attempt, session)
+                    .try_acquire_in(name, holder, lease_ms, wait, attempt, session, owner)
             })
             .await
     }
@@ -418,10 +443,10 @@ impl Held for LockAcquisition {
 pub const QUEUED: &str = "A try (wait_ms 0) takes no place in the queue; a long-poll keeps its \
     place for the queue grace after it ends, so poll again with the same holder within it";
 
-/// 409 `lock-held` of a lock of either kind: the hint, and on fair locks
-/// the waiter's position.
+/// 409 `lock-held` of a lock of either kind: the hint, the owners of the
+/// holds that block (`held_by`), and on fair locks the waiter's position.
 pub fn lock_held(blocked: Blocked) -> ApiError {
-    let mut problem = ApiError::lock_held(blocked.retry_after_ms);
+    let mut problem = ApiError::lock_held(blocked.retry_after_ms).with_held_by(blocked.held_by);
     if let Some(position) = blocked.position {
         problem.problem.detail = format!(
             "the lock is held, or waiters are queued ahead: {position} ahead of this holder. {QUEUED}"
@@ -448,6 +473,7 @@ pub async fn acquire(
         name: checked.name,
         holder: checked.holder,
         lease_ms: checked.lease_ms,
+        owner: checked.owner,
     };
     sessions::respond(state, headers, timing, checked.session, acquisition).await
 }
@@ -565,6 +591,8 @@ impl HoldApi for Locks {
             ttl_ms: s.ttl_ms,
             fencing_token: s.fencing_token,
             waiters,
+            holds: HoldView::all(s.holds, Counted::HoldCount),
+            queued: s.queued,
         })
     }
 

@@ -153,7 +153,7 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
     /// The "not acquired" problem for this blocker (e.g. 409 `lock-held`,
     /// the default).
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        ApiError::lock_held(blocked.retry_after_ms)
+        ApiError::lock_held(blocked.retry_after_ms).with_held_by(blocked.held_by)
     }
 
     /// What a request that was not granted answers: [`Self::blocked`]'s
@@ -174,10 +174,14 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         None
     }
 
-    /// The data of an SSE `waiting` event: the hint, and whatever else the
-    /// primitive reports while a request waits (a fair queue's `position`).
+    /// The data of an SSE `waiting` event: the hint, the owners of the
+    /// holds that block it (`held_by`), and whatever else the primitive
+    /// reports while a request waits (a fair queue's `position`).
     fn waiting(&self, blocked: Blocked) -> Value {
-        let mut data = json!({ "retry_after_ms": blocked.retry_after_ms });
+        let mut data = json!({
+            "retry_after_ms": blocked.retry_after_ms,
+            "held_by": blocked.held_by,
+        });
         if let Some(position) = blocked.position {
             data["position"] = json!(position);
         }
@@ -270,15 +274,14 @@ pub async fn respond<A: Acquisition>(
     };
     if wait_ms == 0 || Instant::now() >= deadline || !acquisition.may_wait(&blocked) {
         metrics.acquisition(primitive, "busy");
-        let answer = acquisition.not_granted(blocked);
         if sse {
             let events = vec![
-                event(words.waiting, &acquisition.waiting(blocked)),
-                event(words.timeout, &answer.to_json()),
+                event(words.waiting, &acquisition.waiting(blocked.clone())),
+                event(words.timeout, &acquisition.not_granted(blocked).to_json()),
             ];
             return Ok(sse_response(stream_of(events)));
         }
-        return answer.response();
+        return acquisition.not_granted(blocked).response();
     }
 
     let admitted = match early {
@@ -324,7 +327,7 @@ pub async fn respond<A: Acquisition>(
     // client goes away, hyper drops the stream (our receiver), `closed()`
     // fires and the wait future is dropped with all its guards.
     let (tx, rx) = mpsc::channel::<Event>(16);
-    let _ = tx.try_send(event(words.waiting, &acquisition.waiting(blocked)));
+    let _ = tx.try_send(event(words.waiting, &acquisition.waiting(blocked.clone())));
     let metrics = metrics.clone();
     tokio::spawn(async move {
         let progress_tx = tx.clone();

@@ -19,7 +19,7 @@ use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm};
 use crate::error::{ApiError, Problem};
 use crate::http::access::Scope;
-use crate::http::extract::{ApiJson, Millis, check_holder, check_name, renewal_lease};
+use crate::http::extract::{ApiJson, Millis, Owner, check_holder, check_name, renewal_lease};
 use crate::http::lock_family::{AcquireRequest, Checked};
 use crate::http::longpoll::Acquisition;
 use crate::http::responses::{AcquireErrors, NoSessionErrors, SetHoldErrors, examples};
@@ -65,6 +65,10 @@ pub struct MultiAcquireRequest {
         pattern = "^[A-Za-z0-9._~:-]{1,128}$"
     )]
     pub session: Option<String>,
+    /// Who holds, in words: every lock of the set shows it in its state
+    /// (`GET /locks/{name}`) and to refused requests (`held_by`). Not a
+    /// secret. In a session, an acquire without one takes the session's.
+    pub owner: Option<Owner>,
 }
 
 /// Body of a heartbeat.
@@ -216,6 +220,8 @@ struct MultiAcquisition {
     keys: Vec<String>,
     holder: String,
     lease_ms: u64,
+    /// The holds' owner label ('' for none).
+    owner: String,
 }
 
 impl Acquisition for MultiAcquisition {
@@ -238,8 +244,9 @@ impl Acquisition for MultiAcquisition {
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<Vec<LockGrant>>, StoreError> {
+        let (keys, holder, owner) = (&self.keys, &self.holder, &self.owner);
         self.multilocks
-            .try_acquire(&self.keys, &self.holder, self.lease_ms, attempt)
+            .try_acquire_in(keys, holder, self.lease_ms, attempt, None, owner)
             .await
     }
 
@@ -254,12 +261,14 @@ impl Acquisition for MultiAcquisition {
             from_bits(&self.names, blocked.blocked_by.unwrap_or(0)),
             blocked.retry_after_ms,
         )
+        .with_held_by(blocked.held_by)
     }
 
     fn waiting(&self, blocked: Blocked) -> Value {
         json!({
             "retry_after_ms": blocked.retry_after_ms,
             "blocked_by": from_bits(&self.names, blocked.blocked_by.unwrap_or(0)),
+            "held_by": blocked.held_by,
         })
     }
 
@@ -287,8 +296,10 @@ impl Held for MultiAcquisition {
         lease_ms: u64,
         session: SessionTerm<'_>,
     ) -> Result<Attempt<Vec<LockGrant>>, StoreError> {
+        let owner = SessionTerm::owner_of(&self.owner, Some(session));
+        let (keys, holder) = (&self.keys, &self.holder);
         self.multilocks
-            .try_acquire_in(&self.keys, &self.holder, lease_ms, attempt, Some(session))
+            .try_acquire_in(keys, holder, lease_ms, attempt, Some(session), owner)
             .await
     }
 }
@@ -303,7 +314,7 @@ pub fn set_held(blocked_by: Vec<String>, retry_after_ms: u64) -> ApiError {
     problem
 }
 
-const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"blocked_by\":[\"orders\"]}\n\nevent: acquired\ndata: {\"holder\":\"worker-1\",\"locks\":[{\"name\":\"orders\",\"fencing_token\":43,\"hold_count\":1},{\"name\":\"invoices\",\"fencing_token\":7,\"hold_count\":1}],\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n";
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"blocked_by\":[\"orders\"],\"held_by\":[\"web-7 pid 4242\"]}\n\nevent: acquired\ndata: {\"holder\":\"worker-1\",\"locks\":[{\"name\":\"orders\",\"fencing_token\":43,\"hold_count\":1},{\"name\":\"invoices\",\"fencing_token\":7,\"hold_count\":1}],\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n";
 
 /// Acquire a set of locks, all or nothing.
 ///
@@ -319,10 +330,11 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"bloc
     request_body(content = MultiAcquireRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Acquired: every lock of the set. With `Accept: text/event-stream`: \
-            HTTP 200 and `waiting` events (`retry_after_ms`, `blocked_by`), then one of `acquired`, \
+            HTTP 200 and `waiting` events (`retry_after_ms`, `blocked_by`, `held_by`), then one of `acquired`, \
             `timeout` or `error`.",
             content((MultiGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE)))),
         (status = 409, description = "Some locks are held by others (`lock-held`): `blocked_by` names them, \
+            `held_by` the owner labels of their holds (at most 10), \
             `retry_after_ms` is the longest of their remaining leases; nothing was taken. Or the holder \
             holds a lock of the set in another session, or without one while this request names one (or \
             the reverse): `session-mismatch`, nothing taken",
@@ -345,6 +357,7 @@ pub async fn acquire(
         lease_ms: body.lease_ms,
         wait_ms: body.wait_ms,
         session: body.session,
+        owner: body.owner,
     };
     // The set's first name stands for it in the checked request (the
     // names were checked above).
@@ -356,6 +369,7 @@ pub async fn acquire(
         keys,
         holder: checked.holder,
         lease_ms: checked.lease_ms,
+        owner: checked.owner,
     };
     sessions::respond(&state, headers, timing, checked.session, acquisition).await
 }

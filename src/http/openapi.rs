@@ -116,9 +116,12 @@ pub(super) fn with_bounds(mut doc: serde_json::Value, config: &Config) -> serde_
     visit(&mut doc, config);
     // A session's TTL has the bounds of a lease (a latch's `ttl_ms` has
     // its own).
-    if let Some(ttl) = doc.pointer_mut("/components/schemas/SessionRequest/properties/ttl_ms") {
-        ttl["minimum"] = config.min_lease_ms.into();
-        ttl["maximum"] = config.max_lease_ms.into();
+    for body in ["SessionRequest", "SessionCreateRequest"] {
+        let pointer = format!("/components/schemas/{body}/properties/ttl_ms");
+        if let Some(ttl) = doc.pointer_mut(&pointer) {
+            ttl["minimum"] = config.min_lease_ms.into();
+            ttl["maximum"] = config.max_lease_ms.into();
+        }
     }
     doc
 }

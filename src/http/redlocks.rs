@@ -27,7 +27,8 @@ use crate::http::lock_family::{
 };
 use crate::http::longpoll::Acquisition;
 use crate::http::responses::{
-    NoSessionErrors, QuorumAcquireErrors, QuorumHoldErrors, QuorumRenewErrors, examples,
+    Counted, HoldView, NoSessionErrors, QuorumAcquireErrors, QuorumHoldErrors, QuorumRenewErrors,
+    examples,
 };
 use crate::http::sessions::{self, Held};
 use crate::state::AppState;
@@ -109,7 +110,9 @@ pub struct RedlockNode {
         {"node": 0, "reachable": true, "locked": true, "ttl_ms": 24500},
         {"node": 1, "reachable": true, "locked": true, "ttl_ms": 24498},
         {"node": 2, "reachable": false, "locked": false, "ttl_ms": 0}
-    ]
+    ],
+    "holds": [{"owner": "cron nightly-export", "expires_in_ms": 24498, "held_for_ms": 5500,
+        "session": false, "hold_count": 1}]
 }))]
 pub struct RedlockStatus {
     pub name: String,
@@ -118,6 +121,12 @@ pub struct RedlockStatus {
     /// Nodes configured.
     pub total: usize,
     pub nodes: Vec<RedlockNode>,
+    /// The hold as a quorum of the nodes has it (the nodes' parts of one
+    /// acquire): its owner, and the remaining lease and time held that a
+    /// quorum of them reaches. Empty when free, and when no quorum of the
+    /// nodes that answered has one same hold (the nodes disagree: see
+    /// `nodes`). Never the holder id.
+    pub holds: Vec<HoldView>,
 }
 
 impl RedlockStatus {
@@ -135,6 +144,11 @@ impl RedlockStatus {
                     locked: n.locked,
                     ttl_ms: n.ttl_ms,
                 })
+                .collect(),
+            holds: s
+                .hold
+                .map(|h| HoldView::new(h, Counted::HoldCount))
+                .into_iter()
                 .collect(),
         }
     }
@@ -155,6 +169,8 @@ struct RedlockAcquisition {
     name: ScopedName,
     holder: String,
     lease_ms: u64,
+    /// The hold's owner label ('' for none).
+    owner: String,
 }
 
 impl Acquisition for RedlockAcquisition {
@@ -169,8 +185,9 @@ impl Acquisition for RedlockAcquisition {
     }
 
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RedGrant>, StoreError> {
+        let (name, holder) = (&self.name.key, &self.holder);
         self.redlocks
-            .try_acquire(&self.name.key, &self.holder, self.lease_ms, attempt)
+            .try_acquire_in(name, holder, self.lease_ms, attempt, None, &self.owner)
             .await
     }
 
@@ -181,7 +198,7 @@ impl Acquisition for RedlockAcquisition {
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        held_on_quorum(blocked.retry_after_ms)
+        held_on_quorum(blocked.retry_after_ms).with_held_by(blocked.held_by)
     }
 
     fn grant_body<'a>(&'a self, grant: &'a RedGrant) -> impl Serialize + 'a {
@@ -218,6 +235,7 @@ impl Held for RedlockAcquisition {
                 lease_ms,
                 attempt,
                 Some(session),
+                SessionTerm::owner_of(&self.owner, Some(session)),
             )
             .await
     }
@@ -231,7 +249,7 @@ pub fn held_on_quorum(retry_after_ms: u64) -> ApiError {
     problem
 }
 
-const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"nightly-report\",\"holder\":\"worker-1\",\"fencing_token\":13,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":29696,\"heartbeat_interval_ms\":10000,\"validity_ms\":29696,\"nodes\":{\"acquired\":3,\"total\":3}}\n\n";
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"held_by\":[\"cron nightly-export\"]}\n\nevent: acquired\ndata: {\"name\":\"nightly-report\",\"holder\":\"worker-1\",\"fencing_token\":13,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":29696,\"heartbeat_interval_ms\":10000,\"validity_ms\":29696,\"nodes\":{\"acquired\":3,\"total\":3}}\n\n";
 
 /// Acquire on a quorum of the RedLock nodes (or renew as its holder).
 ///
@@ -254,7 +272,8 @@ const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nev
             content((RedlockGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE))),
             headers(("Location" = String, description = "/redlocks/{name}/holders/{holder}"))),
         (status = 409, description = "Held by another holder on enough nodes that no quorum is free \
-            (`lock-held`), with `retry_after_ms`: when enough of those holds end for a quorum. Or the \
+            (`lock-held`), with `retry_after_ms`: when enough of those holds end for a quorum, and \
+            `held_by`: the owner labels the refusing nodes' holds have (each once). Or the \
             holder holds it in another session, or without one while this request names one (or the \
             reverse): `session-mismatch`, nothing taken",
             body = Problem, content_type = "application/problem+json",
@@ -278,6 +297,7 @@ pub async fn acquire(
         name: checked.name,
         holder: checked.holder,
         lease_ms: checked.lease_ms,
+        owner: checked.owner,
     };
     sessions::respond(&state, headers, timing, checked.session, acquisition).await
 }

@@ -8,9 +8,93 @@
 //! them in place of the `Problem` schema's single example, so a reader of
 //! a 404 sees a 404.
 
-use utoipa::IntoResponses;
+use serde::Serialize;
+use utoipa::{IntoResponses, ToSchema};
 
+use crate::coord::HoldInfo;
 use crate::error::Problem;
+
+/// What a hold's count stands for in a [`HoldView`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// Reentrant holds (locks, fair locks, RedLock, rwlocks).
+    HoldCount,
+    /// Permits (semaphores).
+    Permits,
+}
+
+/// A read-write lock hold's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldMode {
+    Read,
+    Write,
+}
+
+/// One current hold, as a state read shows it (README: "Who holds it"):
+/// who holds (the owner label, never the holder id), until when, since
+/// when, whether in a session (never its id), and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(example = json!({
+    "owner": "web-7 pid 4242 POST /orders/42",
+    "expires_in_ms": 24500,
+    "held_for_ms": 5500,
+    "session": false,
+    "hold_count": 1
+}))]
+pub struct HoldView {
+    /// The owner label the acquire sent (or, for a hold taken in a session
+    /// by an acquire that sent none, the session's); null when none.
+    /// Visible to every client of the namespace: not a secret.
+    pub owner: Option<String>,
+    /// Remaining lease, in ms.
+    pub expires_in_ms: u64,
+    /// How long ago the grant that made this hold happened, in ms (a
+    /// re-entry or renewal keeps it).
+    pub held_for_ms: u64,
+    /// True when the hold was taken in a session (it lives as long as the
+    /// session).
+    pub session: bool,
+    /// Reentrant holds of this holder (locks, fair locks, RedLock,
+    /// read-write locks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub hold_count: Option<u64>,
+    /// Read-write locks: `read` or `write`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub mode: Option<HoldMode>,
+    /// Semaphores: the permits this hold has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub permits: Option<u64>,
+}
+
+impl HoldView {
+    /// The view of a hold a script reported; `counted` says what its count
+    /// is. A mode other than `read`/`write` is left out.
+    pub fn new(info: HoldInfo, counted: Counted) -> Self {
+        let mode = match info.mode.as_deref() {
+            Some("read") => Some(HoldMode::Read),
+            Some("write") => Some(HoldMode::Write),
+            _ => None,
+        };
+        HoldView {
+            owner: info.owner,
+            expires_in_ms: info.expires_in_ms,
+            held_for_ms: info.held_for_ms,
+            session: info.session,
+            hold_count: (counted == Counted::HoldCount).then_some(info.count),
+            mode,
+            permits: (counted == Counted::Permits).then_some(info.count),
+        }
+    }
+
+    /// [`Self::new`] for every hold of a list.
+    pub fn all(holds: Vec<HoldInfo>, counted: Counted) -> Vec<Self> {
+        holds.into_iter().map(|h| Self::new(h, counted)).collect()
+    }
+}
 
 /// Problem documents as the service sends them, for the OpenAPI document:
 /// each is built by the constructor the service answers with, so the

@@ -366,6 +366,7 @@ pub async fn acquire(
         lease_ms: body.lease_ms,
         wait_ms: body.wait_ms,
         session: body.session,
+        owner: None,
     };
     let checked = Checked::new(&state, name, rest).await?;
     let timing = checked.timing();

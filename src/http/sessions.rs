@@ -21,7 +21,7 @@ use crate::coord::{Attempt, AttemptId, Blocked, Refusal, SessionTerm};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
-    ApiJson, ApiPath, Millis, check_session, check_session_in_path, new_holder, ttl_from,
+    ApiJson, ApiPath, Millis, Owner, check_session, check_session_in_path, new_holder, ttl_from,
 };
 use crate::http::longpoll::{self, Acquisition, NotGranted, Timing, Vocabulary};
 use crate::http::responses::{SessionCreateErrors, SessionErrors, SessionRenewErrors};
@@ -65,6 +65,23 @@ pub struct SessionRequest {
     pub ttl_ms: Option<Millis>,
 }
 
+/// Body of a creation; may be omitted.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"ttl_ms": 30000, "owner": "web-7 pid 4242"}))]
+pub struct SessionCreateRequest {
+    /// The session's TTL in ms: its holds end with it when no heartbeat
+    /// renews it in time. Default and range are those of `lease_ms`
+    /// (configuration: default_lease_ms, min_lease_ms/max_lease_ms); each
+    /// server shows its own.
+    #[schema(value_type = Option<u64>, minimum = 500, maximum = 86400000, example = 30000)]
+    pub ttl_ms: Option<Millis>,
+    /// Who holds, in words: shown by `GET /sessions/{id}`, and the owner
+    /// label of every hold taken in the session by an acquire that sends
+    /// no `owner` of its own. Not a secret.
+    pub owner: Option<Owner>,
+}
+
 /// A session created or renewed.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
@@ -100,11 +117,14 @@ impl SessionGrant {
 /// A session's state (never its holds' names or holder ids).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
-    "session": "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f", "ttl_ms": 30000, "expires_in_ms": 24500, "holds": 5
+    "session": "7d3c0e1f9a2b4c5d8e6f0a1b2c3d4e5f", "ttl_ms": 30000, "expires_in_ms": 24500, "holds": 5,
+    "owner": "web-7 pid 4242"
 }))]
 pub struct SessionStatus {
     pub session: String,
     pub ttl_ms: u64,
+    /// The owner label it was created with; null when none.
+    pub owner: Option<String>,
     /// When the session (and every hold attached to it) ends without a
     /// heartbeat, in ms.
     pub expires_in_ms: u64,
@@ -206,6 +226,7 @@ impl<A: Held> InSession<A> {
             id,
             version: terms.version,
             end_ms: terms.end_ms,
+            owner: terms.owner.as_deref(),
         };
         let lease = terms.remaining_ms.max(1);
         let grant = match self.inner.attempt_in(attempt, lease, term).await? {
@@ -318,7 +339,7 @@ impl<A: Held> Acquisition for InSession<A> {
     path = "/sessions",
     operation_id = "create_session",
     tag = TAG,
-    request_body(content = Option<SessionRequest>, content_type = "application/json"),
+    request_body(content = Option<SessionCreateRequest>, content_type = "application/json"),
     responses(
         (status = 201, description = "Created. `Location` is the session's URL.", body = SessionGrant,
             headers(("Location" = String, description = "/sessions/{id}"))),
@@ -328,13 +349,14 @@ impl<A: Held> Acquisition for InSession<A> {
 pub async fn create(
     State(state): State<AppState>,
     scope: Scope,
-    ApiJson(body): ApiJson<SessionRequest>,
+    ApiJson(body): ApiJson<SessionCreateRequest>,
 ) -> Result<Response, ApiError> {
     let ttl_ms = ttl_from(&state, body.ttl_ms)?;
+    let owner = Owner::arg(body.owner.as_ref());
     loop {
         // The same 128 random bits as a generated holder id.
         let session = scope.name(new_holder())?;
-        if state.sessions.create(&session.key, ttl_ms).await? {
+        if state.sessions.create(&session.key, ttl_ms, &owner).await? {
             let location = format!("/sessions/{}", session.name);
             let created = Renewed { ttl_ms, holds: 0 };
             let grant = json!(SessionGrant::new(session.name, created));
@@ -403,6 +425,7 @@ pub async fn state(
         Some(s) => Ok(Json(SessionStatus {
             session: session.name,
             ttl_ms: s.ttl_ms,
+            owner: s.owner,
             expires_in_ms: s.expires_in_ms,
             holds: s.holds,
         })),

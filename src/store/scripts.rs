@@ -115,26 +115,27 @@ macro_rules! scripts {
 // from `sem`, each after the session fields of their holders' holds
 // (`hold_session`) and followed by what both do before they read
 // (`queue_refresh`); the scripts that honour an `Idempotency-Key` start
-// from its record's helpers (`idempotency`). A queued primitive's DELETE of
+// from its record's helpers (`idempotency`); the scripts that record or
+// show holds' owner labels and grant times join `holds` first. A queued primitive's DELETE of
 // a holder (`*_leave`) is its release script with one file before the
 // body: a holder that waits leaves the queue instead of releasing.
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire" = ["lock_plain", "lock", "lock_acquire"],
-    LOCK_UNDO => "lock_undo" = ["lock_plain", "lock", "lock_undo"],
-    LOCK_RELEASE => "lock_release" = ["lock_plain", "lock", "lock_release"],
-    LOCK_FORCE_UNLOCK => "lock_force_unlock" = ["lock_plain", "lock", "lock_force_unlock"],
-    LOCK_HEARTBEAT => "lock_heartbeat" = ["lock_plain", "lock", "lock_heartbeat"],
-    LOCK_STATE => "lock_state" = ["lock_state"],
-    FAIR_ACQUIRE => "fair_acquire" = ["queue", "lock_fair", "lock", "lock_acquire"],
-    FAIR_UNDO => "fair_undo" = ["queue", "lock_fair", "lock", "lock_undo"],
-    FAIR_RELEASE => "fair_release" = ["queue", "lock_fair", "lock", "lock_release"],
-    FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["queue", "lock_fair", "lock", "lock_force_unlock"],
-    FAIR_HEARTBEAT => "fair_heartbeat" = ["queue", "lock_fair", "lock", "lock_heartbeat"],
-    FAIR_LEAVE => "fair_leave" = ["queue", "lock_fair", "lock", "fair_leave", "lock_release"],
-    MULTI_ACQUIRE => "multi_acquire" = ["lock_plain", "lock", "multi", "multi_acquire"],
-    MULTI_UNDO => "multi_undo" = ["lock_plain", "lock", "multi", "multi_undo"],
-    MULTI_HEARTBEAT => "multi_heartbeat" = ["lock_plain", "lock", "multi", "multi_heartbeat"],
-    MULTI_RELEASE => "multi_release" = ["lock_plain", "lock", "multi", "multi_release"],
+    LOCK_ACQUIRE => "lock_acquire" = ["holds", "lock_plain", "lock", "lock_acquire"],
+    LOCK_UNDO => "lock_undo" = ["holds", "lock_plain", "lock", "lock_undo"],
+    LOCK_RELEASE => "lock_release" = ["holds", "lock_plain", "lock", "lock_release"],
+    LOCK_FORCE_UNLOCK => "lock_force_unlock" = ["holds", "lock_plain", "lock", "lock_force_unlock"],
+    LOCK_HEARTBEAT => "lock_heartbeat" = ["holds", "lock_plain", "lock", "lock_heartbeat"],
+    LOCK_STATE => "lock_state" = ["holds", "lock_state"],
+    FAIR_ACQUIRE => "fair_acquire" = ["holds", "queue", "lock_fair", "lock", "lock_acquire"],
+    FAIR_UNDO => "fair_undo" = ["holds", "queue", "lock_fair", "lock", "lock_undo"],
+    FAIR_RELEASE => "fair_release" = ["holds", "queue", "lock_fair", "lock", "lock_release"],
+    FAIR_FORCE_UNLOCK => "fair_force_unlock" = ["holds", "queue", "lock_fair", "lock", "lock_force_unlock"],
+    FAIR_HEARTBEAT => "fair_heartbeat" = ["holds", "queue", "lock_fair", "lock", "lock_heartbeat"],
+    FAIR_LEAVE => "fair_leave" = ["holds", "queue", "lock_fair", "lock", "fair_leave", "lock_release"],
+    MULTI_ACQUIRE => "multi_acquire" = ["holds", "lock_plain", "lock", "multi", "multi_acquire"],
+    MULTI_UNDO => "multi_undo" = ["holds", "lock_plain", "lock", "multi", "multi_undo"],
+    MULTI_HEARTBEAT => "multi_heartbeat" = ["holds", "lock_plain", "lock", "multi", "multi_heartbeat"],
+    MULTI_RELEASE => "multi_release" = ["holds", "lock_plain", "lock", "multi", "multi_release"],
     QUEUE_LEAVE => "queue_leave" = ["queue", "queue_leave"],
     RW_ACQUIRE => "rw_acquire" = ["queue", "hold_session", "rw", "queue_refresh", "rw_acquire"],
     RW_UNDO => "rw_undo" = ["queue", "hold_session", "rw", "queue_refresh", "rw_undo"],
@@ -152,12 +153,12 @@ scripts! {
     SEM_STATE => "sem_state" = ["queue", "hold_session", "sem", "queue_refresh", "sem_state"],
     SEM_DELETE => "sem_delete" = ["queue", "hold_session", "sem", "queue_refresh", "sem_delete"],
     // RedLock: each runs on one RedLock node, except `redlock_wake` (main Redis).
-    REDLOCK_ACQUIRE => "redlock_acquire" = ["redlock_acquire"],
+    REDLOCK_ACQUIRE => "redlock_acquire" = ["holds", "redlock_acquire"],
     REDLOCK_FENCE => "redlock_fence" = ["redlock_fence"],
     REDLOCK_UNDO => "redlock_undo" = ["redlock_undo"],
     REDLOCK_HEARTBEAT => "redlock_heartbeat" = ["redlock_heartbeat"],
     REDLOCK_RELEASE => "redlock_release" = ["redlock_release"],
-    REDLOCK_STATE => "redlock_state" = ["redlock_state"],
+    REDLOCK_STATE => "redlock_state" = ["holds", "redlock_state"],
     REDLOCK_WAKE => "redlock_wake" = ["redlock_wake"],
     LATCH_SET => "latch_set" = ["latch_set"],
     LATCH_COUNT_DOWN => "latch_count_down" = ["idempotency", "latch_count_down"],

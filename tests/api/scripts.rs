@@ -228,8 +228,10 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
             place: None,
             available: None,
             blocked_by: None,
+            held_by,
         }) => {
-            assert!(retry_after_ms > 2800 && retry_after_ms <= 3000)
+            assert!(retry_after_ms > 2800 && retry_after_ms <= 3000);
+            assert_eq!(held_by, vec![None], "a hold without an owner label");
         }
         other => panic!("expected blocked, got {other:?}"),
     }

@@ -718,9 +718,9 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
         None,
     );
     let mut conn = redis_conn(&redis).await;
-    assert!(sessions.create("s1", 10_000).await.unwrap());
+    assert!(sessions.create("s1", 10_000, "").await.unwrap());
     assert!(
-        !sessions.create("s1", 10_000).await.unwrap(),
+        !sessions.create("s1", 10_000, "").await.unwrap(),
         "ids are unique"
     );
     let pttl: i64 = conn.pttl("t:{s1}:session").await.unwrap();
@@ -733,6 +733,7 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
         id: "s1",
         version: terms.version,
         end_ms: terms.end_ms,
+        owner: None,
     };
     locks
         .try_acquire_in(
@@ -742,6 +743,7 @@ async fn the_session_scripts_keep_each_holds_lease_with_the_sessions_ttl() {
             Wait::default(),
             &AttemptId::new(),
             Some(term),
+            "",
         )
         .await
         .unwrap();
@@ -1333,6 +1335,7 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
             id,
             version,
             end_ms: now.as_millis() as u64 + lease,
+            owner: None,
         })
     };
     fn granted<T>(attempt: Attempt<T>) -> bool {
@@ -1347,7 +1350,8 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
                 10_000,
                 Wait::default(),
                 &id(),
-                term("s1", 5, 10_000)
+                term("s1", 5, 10_000),
+                ""
             )
             .await
             .unwrap()

@@ -14,6 +14,8 @@
 --   marker  {prefix}{name}:lock:undone:<attempt id> (that attempt was
 --           given up: it must grant nothing should it still arrive)
 --   channel {prefix}{name}:lock:wake (pub/sub)
+--   The hold's owner label and grant time are the fields o and t
+--   (holds.lua, joined first, says how they are kept).
 --   A hold taken in a session (README "Sessions") also records it in the
 --   hash: s (the session), sv (the highest version of the session's state
 --   applied to the hold: a renewal of an older version is ignored, so a
@@ -72,7 +74,10 @@ end
 -- session, or in one while this acquire is in none (or the reverse):
 -- nothing changes then. A re-entry in a session whose hold has applied a
 -- newer version keeps the hold's end (and answers what is left of it).
-local function acquire(hash, fence, marker, holder, lease, id, channel, session, version)
+-- `owner` is the hold's owner label ('' or nil: none; a re-entry without
+-- one keeps the label the hold has); a hold that blocks is named to the
+-- hook by its label.
+local function acquire(hash, fence, marker, holder, lease, id, channel, session, version, owner)
   session = session or ''
   if redis.call('EXISTS', marker) == 1 then
     return {-1}
@@ -82,7 +87,7 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
     lease = math.max(tonumber(ends) - clock_ms(), 1)
   end
   local attempt = 'a:' .. id
-  local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', attempt, 's', 'sv')
+  local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', attempt, 's', 'sv', 'o')
   if not h[1] then
     local wait = admit(holder)
     if wait then
@@ -93,11 +98,12 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
       'lease', lease, attempt, 1)
     redis.call('PEXPIRE', hash, lease)
     in_session(hash, session, version, ends)
+    record_owner(hash, '', owner, true)
     on_grant(holder)
     return {1, token, 1, tonumber(lease)}
   end
   if h[1] ~= holder then
-    return on_blocked(holder, redis.call('PTTL', hash))
+    return on_blocked(holder, redis.call('PTTL', hash), h[8] or '')
   end
   if h[5] then
     return {1, tonumber(h[3]), tonumber(h[2]), tonumber(h[4])}
@@ -107,6 +113,7 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
   end
   local count = redis.call('HINCRBY', hash, 'count', 1)
   redis.call('HSET', hash, attempt, count)
+  record_owner(hash, '', owner, false)
   if session ~= '' and not newer(h[7], version) then
     return {1, tonumber(h[3]), count, redis.call('PTTL', hash)}
   end

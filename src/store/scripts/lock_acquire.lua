@@ -11,12 +11,18 @@
 -- ARGV[7]  the session the hold is taken in, or '' for none
 -- ARGV[8]  the version of the session's state that end comes from, or ''
 --          for none
+-- ARGV[9]  the hold's owner label, or '' for none (a re-entry without one
+--          keeps the label; see holds.lua)
 --
 -- Returns  {1, token, hold_count, lease_ms}  granted (new or reentrant)
 --          {0, retry_after_ms, ...}          must wait: the hook's reply
---                                            (plain: the holder's remaining
---                                            lease, -1 if someone removed the
---                                            TTL by hand)
+--                                            (plain: {0, the holder's remaining
+--                                            lease (-1 if someone removed the
+--                                            TTL by hand), its owner label};
+--                                            fair: queue.lua's waiting reply,
+--                                            then {owner} of the hold that
+--                                            blocks, or {} when only the
+--                                            queue does)
 --          {-1}                              this attempt was already given up
 --                                            (lock_undo ran first): nothing granted
 --          {-5}                              the holder holds the lock in another
@@ -24,4 +30,4 @@
 --                                            session-mismatch, nothing changed
 -- Running the same attempt twice grants once: the second run returns the
 -- first one's grant (so a caller may repeat a try whose reply was lost).
-return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[5], ARGV[6], ARGV[1], ARGV[7], ARGV[8])
+return acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[5], ARGV[6], ARGV[1], ARGV[7], ARGV[8], ARGV[9])

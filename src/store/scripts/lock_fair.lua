@@ -31,7 +31,10 @@ local function admit(holder)
   if (not head[1] or head[1] == holder) and not left_while_open(holder) then
     return nil
   end
-  return waiting(holder, 0, true)
+  -- Only waiters ahead block it: no hold's owner to name.
+  local reply = waiting(holder, 0, true)
+  reply[#reply + 1] = {}
+  return reply
 end
 
 local function on_grant(holder)
@@ -40,11 +43,15 @@ local function on_grant(holder)
   end
 end
 
-local function on_blocked(holder, pttl)
+-- The reply when another holder has the lock: waiting's, then the
+-- owners of the holds that block ({owner}; '' for none).
+local function on_blocked(holder, pttl, owner)
   if #prune() > 0 then
     wake(false)
   end
-  return waiting(holder, pttl, false)
+  local reply = waiting(holder, pttl, false)
+  reply[#reply + 1] = {owner}
+  return reply
 end
 
 -- The lock became free (its channel is ARGV[1]: fair locks run only

@@ -19,9 +19,10 @@ end
 local function on_grant(holder)
 end
 
--- The reply when another holder has the lock, whose lease ends in pttl ms.
-local function on_blocked(holder, pttl)
-  return {0, pttl}
+-- The reply when another holder has the lock, whose lease ends in pttl ms
+-- and whose owner label is `owner` ('' for none).
+local function on_blocked(holder, pttl, owner)
+  return {0, pttl, owner}
 end
 
 -- The lock became free: wake the waiters on its channel (each instance

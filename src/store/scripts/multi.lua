@@ -15,7 +15,9 @@
 -- ARGV[5]  the session the holds are taken in ('' for none, or where the
 --          script takes none)
 -- ARGV[6]  the version of the session's state the lease comes from ('')
--- ARGV[6+i]  lock i's wake channel
+-- ARGV[7]  the holds' owner label ('' for none, or where the script takes
+--          none; see holds.lua)
+-- ARGV[7+i]  lock i's wake channel
 
 local COUNT = #KEYS / 3
 
@@ -24,7 +26,7 @@ local function hash_of(i)
 end
 
 local function channel_of(i)
-  return ARGV[6 + i]
+  return ARGV[7 + i]
 end
 
 -- {0, i, j, ...}: the locks (by index) the holder does not hold, or nil

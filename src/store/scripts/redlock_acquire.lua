@@ -20,13 +20,16 @@
 -- ARGV[4]  the session the hold is taken in, or '' for none
 -- ARGV[5]  the version of the session's state that end comes from, or ''
 --          for none
+-- ARGV[6]  the hold's owner label, or '' for none (fields o and t: see
+--          holds.lua, joined before this file)
 --
 -- Returns  {1, token}   granted here: a new hold whose token is this node's
 --                       next counter value
 --          {2, token}   re-entered: this holder already held it here; the
 --                       lease is renewed and the hold keeps its token
---          {0, pttl}    another holder holds it here for pttl more ms (-1:
---                       someone removed the TTL by hand)
+--          {0, pttl, owner}  another holder holds it here for pttl more ms
+--                       (-1: someone removed the TTL by hand); owner: its
+--                       hold's owner label ('' for none)
 --          {-1}         this attempt was already given up (redlock_undo ran
 --                       first): nothing granted
 --          {-5}         this holder holds it here in another session, or in
@@ -52,17 +55,18 @@ local function in_session()
     redis.call('HSET', KEYS[1], 's', session, 'sv', version, 'se', ARGV[2])
   end
 end
-local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'attempt', 's', 'sv')
+local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'attempt', 's', 'sv', 'o')
 if not h[1] then
   local token = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', token, 'lease', lease,
     'attempt', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], lease)
   in_session()
+  record_owner(KEYS[1], '', ARGV[6], true)
   return {1, token}
 end
 if h[1] ~= ARGV[1] then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), h[6] or ''}
 end
 if h[3] == ARGV[3] then
   return {1, tonumber(h[2])}
@@ -70,6 +74,7 @@ end
 if (h[4] or '') ~= session then
   return {-5}
 end
+record_owner(KEYS[1], '', ARGV[6], false)
 if session == '' or tonumber(version) >= tonumber(h[5]) then
   redis.call('HSET', KEYS[1], 'lease', lease)
   redis.call('PEXPIRE', KEYS[1], lease)

@@ -13,12 +13,15 @@
 --                              from, and a hold ignores renewals older than
 --                              the newest it applied, so a slow heartbeat
 --                              never outruns a later one
+--          o                   the session's owner label (absent when it
+--                              has none): a hold taken in the session by
+--                              an acquire that sends none records it
 --          <kind>|<holder>|<name>  one field per attached hold; its value
 --                              is the version that attached it
 --
 -- Invariant: the hash exists only with a TTL (PEXPIRE = ttl at creation
 -- and at every heartbeat, on Redis's clock). The reserved fields (RESERVED
--- of them) hold no '|', every hold field does (names and holder ids never
+-- of them, and o when there is one) hold no '|', every hold field does (names and holder ids never
 -- contain one). What an acquire reads and writes here costs the same
 -- however many holds the session has: only heartbeats and deletion read
 -- the holds.
@@ -33,7 +36,7 @@ end
 
 -- How many holds are attached (O(1)).
 local function count()
-  return redis.call('HLEN', KEYS[1]) - RESERVED
+  return redis.call('HLEN', KEYS[1]) - RESERVED - redis.call('HEXISTS', KEYS[1], 'o')
 end
 
 -- The attached holds as {field, value, ...}.

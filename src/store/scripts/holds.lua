@@ -1,0 +1,52 @@
+-- holds: owner labels and grant times of holds, and how a state read
+-- reports one hold; joined before the scripts that record or show them
+-- (README: "Who holds it").
+--
+-- Storage convention, the same for every primitive: a hold records its
+-- owner label (field `o`, or `o|<holder>` where one hash keeps several
+-- holders' holds; absent when the acquire sent none) and its grant time
+-- (field `t`, or `t|<holder>`: ms on Redis's clock, set when the hold is
+-- first granted). A re-entry keeps `t`; a re-entry that sends an owner
+-- replaces the label, one that sends none ('') keeps it. Each acquire
+-- script takes the owner as one more ARGV ('' for none). Labels are not
+-- secrets, and never holder ids or session ids.
+--
+-- A state read reports each hold (at most 100) as
+--   {owner ('' for none), expires_in_ms, held_for_ms, in_session (0|1),
+--    count (hold count, or permits), mode ('', 'read' or 'write')}
+
+-- Redis's clock in ms.
+local function holds_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Records the owner label `owner` ('' keeps the label there is) and, for
+-- a hold granted now (`new`), the grant time, in `hash` under the fields
+-- `o<suffix>` and `t<suffix>` (suffix '' or '|<holder>').
+local function record_owner(hash, suffix, owner, new)
+  if new then
+    redis.call('HSET', hash, 't' .. suffix, holds_now())
+  end
+  if owner ~= nil and owner ~= '' then
+    redis.call('HSET', hash, 'o' .. suffix, owner)
+  end
+end
+
+-- One hold as a state read reports it: `owner` (nil or ''), its remaining
+-- lease `pttl` (ms), its grant time `granted` (ms, nil when unknown: a
+-- hold older than owner labels counts from now), whether it is in a
+-- session, its count, and its mode (nil for none).
+local function hold_entry(owner, pttl, granted, session, count, mode)
+  local now = holds_now()
+  local held_for = 0
+  if granted then
+    held_for = math.max(now - tonumber(granted), 0)
+  end
+  local in_session = 0
+  if session and session ~= '' then
+    in_session = 1
+  end
+  return {owner or '', math.max(tonumber(pttl), 0), held_for, in_session,
+    tonumber(count) or 0, mode or ''}
+end
