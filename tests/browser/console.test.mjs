@@ -318,6 +318,30 @@ flow('the page refreshes at most once a second', async () => {
   assert.ok(listings.length <= window / 1000 + 1, `${listings.length} listings of locks in ${window} ms`);
 });
 
+flow('a hidden tab makes no requests, and refreshes when shown again', async () => {
+  const page = adminPage;
+  // Headless Chromium keeps its one tab visible: the page is told it is
+  // hidden the way a browser tells it (document.hidden, then the event).
+  const setHidden = (hidden) => page.evaluate((hidden) => {
+    Object.defineProperty(document, 'hidden', { configurable: true, get: () => hidden });
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => (hidden ? 'hidden' : 'visible') });
+    document.dispatchEvent(new Event('visibilitychange'));
+  }, hidden);
+  await setHidden(true);
+  await page.locator('#status', { hasText: 'Paused' }).waitFor();
+  // A refresh already under way may still finish.
+  await page.waitForTimeout(1000);
+  const requests = [];
+  const seen = (request) => requests.push(request.url());
+  page.on('request', seen);
+  await page.waitForTimeout(3000);
+  assert.deepEqual(requests, [], 'requests while hidden');
+  await setHidden(false);
+  await page.locator('#status', { hasText: 'Updated' }).waitFor();
+  page.off('request', seen);
+  assert.ok(requests.some((url) => new URL(url).pathname === '/locks'), 'a refresh once shown');
+});
+
 flow('the screenshot of the console is kept', async () => {
   mkdirSync(artifacts, { recursive: true });
   await adminPage.screenshot({ path: join(artifacts, 'console.png'), fullPage: true });
