@@ -3,6 +3,7 @@
 //! long-poll/SSE adapter.
 
 pub mod access;
+pub mod console;
 pub mod extract;
 pub mod fair_locks;
 pub mod health;

@@ -17,8 +17,8 @@ use utoipa_swagger_ui::SwaggerUi;
 use super::middleware::{self, REQUEST_ID};
 use super::openapi::{ApiDoc, polish, with_bounds, without_security};
 use super::{
-    fair_locks, health, latches, listings, locks, multilocks, ratelimiters, redlocks, rwlocks,
-    semaphores, sessions, whoami,
+    console, fair_locks, health, latches, listings, locks, multilocks, ratelimiters, redlocks,
+    rwlocks, semaphores, sessions, whoami,
 };
 use crate::config::{Config, CorsOrigins};
 use crate::state::AppState;
@@ -100,7 +100,7 @@ type Limited = <DefaultBodyLimit as Layer<Router>>::Service;
 /// What every connection serves: see [`router`].
 pub type Service = Either<Cors<Limited>, Limited>;
 
-/// The router with every layer: Swagger UI and fallbacks, one
+/// The router with every layer: Swagger UI, the console and fallbacks, one
 /// [`middleware::observe`] layer (request id, tracing span, metrics, panic
 /// catching, problem+json for errors), the body limit and CORS.
 ///
@@ -122,6 +122,7 @@ pub fn router(state: AppState) -> Service {
         .fallback(middleware::not_found)
         .with_state(state)
         .merge(swagger)
+        .merge(console::router())
         .layer(axum::middleware::from_fn_with_state(
             metrics,
             middleware::observe,

@@ -113,8 +113,16 @@ async fn a_request_without_a_known_key_gets_401_with_www_authenticate() {
     // Nothing was acquired by the refused requests.
     let state = must(&app, Some(A_CLIENT), Method::GET, "/locks/x", None, 200).await;
     assert_eq!(state["fencing_token"], 0);
-    // The operations endpoints, the document and Swagger UI stay open.
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
+    // The operations endpoints, the document, Swagger UI and the console
+    // page stay open.
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+        "/docs/",
+        "/console",
+    ] {
         let response = send(&app, None, Method::GET, path, None).await;
         assert_eq!(response.status(), 200, "{path}");
     }

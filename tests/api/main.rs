@@ -4,6 +4,7 @@
 mod access;
 mod acl;
 mod cli;
+mod console;
 mod errors;
 mod fair;
 mod hardening;
