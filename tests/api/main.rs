@@ -23,6 +23,7 @@ mod ratelimiters;
 mod redlock;
 mod rwlocks;
 mod scripts;
+mod secrets;
 mod semaphores;
 mod sessions;
 mod sharded;

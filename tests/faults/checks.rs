@@ -90,6 +90,30 @@ pub struct Busy {
     pub until: f64,
 }
 
+/// When one owner label may have held an object: from its holder's first
+/// request on it until that holder's last answered request plus the lease
+/// it asked for and the longest Redis freeze the nemesis makes (a request
+/// without a definite answer may still run after it).
+#[derive(Debug, Clone)]
+pub struct MayHold {
+    pub object: String,
+    pub owner: String,
+    pub from: f64,
+    pub until: f64,
+}
+
+/// A refusal (a 409, or an SSE `waiting` event) and the owners it said
+/// hold what blocks it.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// Every object the request named (several for a multi-lock).
+    pub objects: Vec<String>,
+    pub sent: f64,
+    pub answered: f64,
+    /// `None` when the refusal said nothing of who holds.
+    pub held_by: Option<Vec<Option<String>>>,
+}
+
 /// A try (`wait_ms` 0) of an idle prober on its object, with a definite
 /// answer: granted (201) or refused (409).
 #[derive(Debug, Clone)]
@@ -349,6 +373,46 @@ pub fn no_idle_queue(busy: &[Busy], probes: &[IdleProbe]) -> Vec<String> {
         .collect()
 }
 
+/// A refusal's `held_by` names only owners that could hold one of the
+/// request's objects while it ran: each entry is the label of a holder that
+/// may have held that object at some time between the request's sending and
+/// its answer. Every worker labels its holds, so an empty label (`null`) is
+/// a violation too.
+pub fn held_by_could_hold(may_hold: &[MayHold], refusals: &[Refused]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for r in refusals {
+        let Some(held_by) = &r.held_by else {
+            violations.push(format!(
+                "{:?}: a refusal answered at {:.0} does not say who holds (no held_by)",
+                r.objects, r.answered
+            ));
+            continue;
+        };
+        for entry in held_by {
+            let Some(owner) = entry else {
+                violations.push(format!(
+                    "{:?}: a refusal answered at {:.0} names a hold without an owner label",
+                    r.objects, r.answered
+                ));
+                continue;
+            };
+            let could = may_hold.iter().any(|m| {
+                &m.owner == owner
+                    && r.objects.contains(&m.object)
+                    && m.from < r.answered
+                    && r.sent < m.until
+            });
+            if !could {
+                violations.push(format!(
+                    "{:?}: a refusal sent at {:.0} (answered {:.0}) names {owner:?}, which could not hold it then",
+                    r.objects, r.sent, r.answered
+                ));
+            }
+        }
+    }
+    violations
+}
+
 /// Latches: no waiter released before the count-down that opened the latch
 /// was sent; repeated count-downs with one key counted once; no wait that
 /// was open when the latch opened ended closed later than `wake_slack_ms`
@@ -473,6 +537,56 @@ mod planted {
             asked,
             granted,
             valid_until: until,
+        }
+    }
+
+    #[test]
+    fn owners_that_could_not_hold_and_unlabelled_holds_are_reported() {
+        let may_hold = [
+            MayHold {
+                object: "x".into(),
+                owner: "web-1".into(),
+                from: 0.0,
+                until: 100.0,
+            },
+            MayHold {
+                object: "y".into(),
+                owner: "web-2".into(),
+                from: 50.0,
+                until: 300.0,
+            },
+        ];
+        let refused = |objects: &[&str], sent, answered, held_by: &[Option<&str>]| Refused {
+            objects: objects.iter().map(|o| o.to_string()).collect(),
+            sent,
+            answered,
+            held_by: Some(held_by.iter().map(|o| o.map(String::from)).collect()),
+        };
+        let clean = [
+            refused(&["x"], 90.0, 95.0, &[Some("web-1")]),
+            refused(&["x", "y"], 150.0, 160.0, &[Some("web-2")]),
+            refused(&["x"], 200.0, 210.0, &[]),
+        ];
+        assert_eq!(held_by_could_hold(&may_hold, &clean), Vec::<String>::new());
+        let planted = [
+            // web-1's last request could not hold x any more by then.
+            refused(&["x"], 150.0, 160.0, &[Some("web-1")]),
+            // web-2 held y, never x.
+            refused(&["x"], 60.0, 70.0, &[Some("web-2")]),
+            // Every worker labels its holds.
+            refused(&["x"], 60.0, 70.0, &[None]),
+            // A refusal must say who holds.
+            Refused {
+                held_by: None,
+                ..refused(&["x"], 60.0, 70.0, &[])
+            },
+        ];
+        for p in &planted {
+            assert_eq!(
+                held_by_could_hold(&may_hold, std::slice::from_ref(p)).len(),
+                1,
+                "{p:?}"
+            );
         }
     }
 

@@ -363,6 +363,12 @@ async fn judge(
         &mut all,
     );
     report(
+        "held_by names only possible holders",
+        held_by_could_hold(&record.may_hold, &record.refusals),
+        &mut all,
+    );
+    eprintln!("refusals naming their holders: {}", record.refusals.len());
+    report(
         "latches",
         latch_rounds(&record.latches, WAKE_SLACK_MS),
         &mut all,

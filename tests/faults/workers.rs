@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::checks::{
-    Beat, BeatOutcome, Busy, Call, FairWaiter, FencedWrite, Hold, IdleProbe, LatchRound, Mode,
-    PermitsBack, RateGrant, RateLimit, session_valid_until,
+    Beat, BeatOutcome, Busy, Call, FairWaiter, FencedWrite, Hold, IdleProbe, LatchRound, MayHold,
+    Mode, PermitsBack, RateGrant, RateLimit, Refused, session_valid_until,
 };
 
 /// A small deterministic generator (xorshift64*), one per client, seeded
@@ -62,6 +62,10 @@ pub struct Record {
     pub idle_busy: Vec<Busy>,
     /// The idle probers' tries.
     pub idle_probes: Vec<IdleProbe>,
+    /// When each owner label may have held each object.
+    pub may_hold: Vec<MayHold>,
+    /// The holders' refusals and the owners they named.
+    pub refusals: Vec<Refused>,
     /// Rounds of session heartbeats: all, those through two instances at
     /// once, and those that set a new TTL.
     pub beat_rounds: [u64; 3],
@@ -304,6 +308,40 @@ fn certain_ms(kind: &Kind, body: &Value, lease_ms: u64) -> f64 {
     }
 }
 
+/// How much later than its answer a request may still act on Redis: the
+/// longest freeze or stop the nemesis makes, with room for the instance's
+/// own Redis timeout (a request without a definite answer may run late).
+const MAY_RUN_LATE_MS: f64 = 5000.0;
+
+/// Every worker's holder labels its holds; the label names the holder, so
+/// that the checker can tell when a label may have held an object.
+fn owner_of(holder: &str) -> String {
+    format!("worker {holder}")
+}
+
+/// The objects a request of `kind` names.
+fn objects_of(kind: &Kind, object: &str) -> Vec<String> {
+    match kind {
+        Kind::Multi(names) => names.clone(),
+        _ => vec![object.to_string()],
+    }
+}
+
+/// Records that `holder` may have held `kind`'s objects from `from` until
+/// `until`.
+fn may_have_held(ctx: &Ctx, kind: &Kind, object: &str, holder: &str, from: f64, until: f64) {
+    let owner = owner_of(holder);
+    let mut record = ctx.record.lock();
+    for object in objects_of(kind, object) {
+        record.may_hold.push(MayHold {
+            object,
+            owner: owner.clone(),
+            from,
+            until,
+        });
+    }
+}
+
 /// What a hold's lease is: its own, or its session's (and the most one
 /// poll in it may wait, so that the session is renewed between polls).
 #[derive(Clone, Copy)]
@@ -368,7 +406,7 @@ async fn acquire(
             Lease::Own(_) => rng.range(200, 2000),
             Lease::Session(_, most) => rng.range(100, most.max(101)),
         };
-        let mut body = json!({"holder": holder, "wait_ms": wait_ms});
+        let mut body = json!({"holder": holder, "wait_ms": wait_ms, "owner": owner_of(holder)});
         match lease {
             Lease::Own(lease_ms) => body["lease_ms"] = json!(lease_ms),
             Lease::Session(id, _) => body["session"] = json!(id),
@@ -407,6 +445,17 @@ async fn acquire(
                 break;
             }
             Some(409) => {
+                let held_by = answer.body["held_by"].as_array().map(|owners| {
+                    (owners.iter())
+                        .map(|o| o.as_str().map(str::to_string))
+                        .collect()
+                });
+                ctx.record.lock().refusals.push(Refused {
+                    objects: objects_of(kind, object),
+                    sent: answer.sent,
+                    answered: answer.answered,
+                    held_by,
+                });
                 if wait_ms > 0 {
                     if intact && fair {
                         waiter.queued.get_or_insert(answer.answered);
@@ -443,6 +492,15 @@ async fn acquire(
     }
     if fair && !waiter.first_sent.is_nan() {
         ctx.record.lock().fair.push(waiter);
+    }
+    if result.is_none() && !asked.is_nan() {
+        // Gave up: a request may still have granted unseen, for its lease.
+        let lease_ms = match lease {
+            Lease::Own(ms) => ms as f64,
+            Lease::Session(..) => f64::INFINITY,
+        };
+        let until = ctx.now() + lease_ms + MAY_RUN_LATE_MS;
+        may_have_held(ctx, kind, object, holder, asked, until);
     }
     result.map(|answer| (answer, asked))
 }
@@ -551,6 +609,10 @@ pub async fn hold_loop(
                 ctx.failed(&format!("release answered {:?}", released.status));
             }
         }
+        // The last request was answered by now: whatever it started runs
+        // out within its lease (a request without an answer may run late).
+        let until = ctx.now() + lease_ms as f64 + MAY_RUN_LATE_MS;
+        may_have_held(&ctx, &kind, &object, &holder, asked, until);
         let mut record = ctx.record.lock();
         for (object, token) in holds {
             record.holds.push(Hold {
@@ -1248,7 +1310,7 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
                 &mut rng,
                 reqwest::Method::POST,
                 "/sessions",
-                Some(json!({"ttl_ms": ttl_ms})),
+                Some(json!({"ttl_ms": ttl_ms, "owner": "worker session"})),
                 0,
                 None,
             )
@@ -1323,6 +1385,11 @@ pub async fn session_loop(ctx: Arc<Ctx>, mut rng: Rng, plan: Vec<(Kind, String)>
             if !(ended.is(200) || ended.is(404)) {
                 ctx.failed(&format!("session delete answered {:?}", ended.status));
             }
+        }
+        for (kind, object, _, asked) in &holds {
+            // A session's holds last as long as it does: no bound is kept
+            // here for them.
+            may_have_held(&ctx, kind, object, &holder, *asked, f64::INFINITY);
         }
         let mut record = ctx.record.lock();
         for (kind, object, grant, asked) in holds {
