@@ -160,6 +160,8 @@ async fn a_lock_shows_its_holds_owner_lease_and_age_and_refusals_name_it() {
     )
     .await;
     assert_eq!(refused["held_by"], json!([null]));
+    let metrics = app.metrics().await;
+    reveals_none(&metrics, &[OWNER, "web-7", "secret-holder"]);
 }
 
 #[tokio::test]
