@@ -46,6 +46,7 @@ pub struct HoldView {
     /// The owner label the acquire sent (or, for a hold taken in a session
     /// by an acquire that sent none, the session's); null when none.
     /// Visible to every client of the namespace: not a secret.
+    #[schema(required = true)]
     pub owner: Option<String>,
     /// Remaining lease, in ms.
     pub expires_in_ms: u64,
@@ -151,9 +152,15 @@ pub mod examples {
         problem(ApiError::no_such_object())
     }
 
+    /// The owners a refusal names in the examples.
+    fn owners() -> Vec<Option<String>> {
+        vec![Some("web-7 pid 4242 POST /orders/42".into())]
+    }
+
     pub fn lock_held() -> Problem {
         problem(held(Blocked {
             retry_after_ms: 2500,
+            held_by: owners(),
             ..Blocked::default()
         }))
     }
@@ -162,16 +169,17 @@ pub mod examples {
         problem(held(Blocked {
             retry_after_ms: 2500,
             position: Some(2),
+            held_by: owners(),
             ..Blocked::default()
         }))
     }
 
     pub fn set_held() -> Problem {
-        problem(multilocks::set_held(vec!["orders".into()], 2500))
+        problem(multilocks::set_held(vec!["orders".into()], 2500, owners()))
     }
 
     pub fn held_on_quorum() -> Problem {
-        problem(redlocks::held_on_quorum(2500))
+        problem(redlocks::held_on_quorum(2500, owners()))
     }
 
     pub fn no_permits() -> Problem {
