@@ -60,6 +60,28 @@ async fn refused_both_ways(
     (refused, events)
 }
 
+/// Asserts that the only hold's `held_for_ms` grew by at least `ms`
+/// between two state reads.
+fn held_longer(first: &Value, later: &Value, ms: u64) {
+    let before = only_hold(first)["held_for_ms"].as_u64().unwrap();
+    let after = only_hold(later)["held_for_ms"].as_u64().unwrap();
+    assert!(
+        after >= before + ms,
+        "held_for_ms grows: {before} then {after}"
+    );
+}
+
+/// A main Redis and three RedLock nodes, and the configuration using them.
+fn redlock_deployment() -> (RedisServer, Vec<RedisServer>, Config) {
+    let main = redis();
+    let nodes: Vec<RedisServer> = (0..3).map(|_| redis()).collect();
+    let config = Config {
+        redlock_nodes: nodes.iter().map(RedisServer::url).collect(),
+        ..test_config(&main)
+    };
+    (main, nodes, config)
+}
+
 /// The first `waiting` event's data.
 fn first_waiting(events: &[(String, Value)]) -> &Value {
     &events
@@ -102,14 +124,7 @@ async fn a_lock_shows_its_holds_owner_lease_and_age_and_refusals_name_it() {
     let hold = only_hold(&later);
     assert_eq!(hold["owner"], OWNER);
     assert_eq!(hold["hold_count"], 2);
-    let (before, after) = (
-        only_hold(&first)["held_for_ms"].as_u64().unwrap(),
-        hold["held_for_ms"].as_u64().unwrap(),
-    );
-    assert!(
-        after >= before + 250,
-        "held_for_ms grows: {before} then {after}"
-    );
+    held_longer(&first, &later, 250);
     // A re-entry with an owner replaces the label.
     app.must_acquire(
         "orders",
@@ -145,6 +160,8 @@ async fn a_lock_shows_its_holds_owner_lease_and_age_and_refusals_name_it() {
     )
     .await;
     assert_eq!(refused["held_by"], json!([null]));
+    let metrics = app.metrics().await;
+    reveals_none(&metrics, &[OWNER, "web-7", "secret-holder"]);
 }
 
 #[tokio::test]
@@ -258,12 +275,7 @@ async fn each_lock_of_a_multi_lock_records_its_owner_and_refusals_name_the_block
 
 #[tokio::test]
 async fn a_redlock_shows_the_hold_its_nodes_agree_on_and_refusals_name_its_owner() {
-    let main = redis();
-    let nodes: Vec<RedisServer> = (0..3).map(|_| redis()).collect();
-    let config = Config {
-        redlock_nodes: nodes.iter().map(RedisServer::url).collect(),
-        ..test_config(&main)
-    };
+    let (_main, _nodes, config) = redlock_deployment();
     let app = spawn_app(config).await;
     let free = app.get_json("/redlocks/report").await;
     assert_eq!(free["holds"], json!([]));
@@ -284,14 +296,7 @@ async fn a_redlock_shows_the_hold_its_nodes_agree_on_and_refusals_name_its_owner
     assert_eq!(hold["session"], false);
     assert_eq!(hold["hold_count"], 1);
     assert!(hold["expires_in_ms"].as_u64().unwrap() <= 5000, "{hold}");
-    let (before, after) = (
-        only_hold(&first)["held_for_ms"].as_u64().unwrap(),
-        hold["held_for_ms"].as_u64().unwrap(),
-    );
-    assert!(
-        after >= before + 250,
-        "held_for_ms grows: {before} then {after}"
-    );
+    held_longer(&first, &state, 250);
 
     let (refused, events) = refused_both_ways(
         &app,
@@ -380,12 +385,7 @@ async fn a_session_keeps_its_owner_and_lends_it_to_holds_that_send_none() {
 
 #[tokio::test]
 async fn owners_longer_than_200_bytes_or_with_control_characters_are_refused() {
-    let main = redis();
-    let nodes: Vec<RedisServer> = (0..3).map(|_| redis()).collect();
-    let config = Config {
-        redlock_nodes: nodes.iter().map(RedisServer::url).collect(),
-        ..test_config(&main)
-    };
+    let (_main, _nodes, config) = redlock_deployment();
     let app = spawn_app(config).await;
     let long = "x".repeat(201);
     let routes: [(&str, Value); 5] = [
