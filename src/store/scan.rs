@@ -6,9 +6,12 @@
 //! deployment (its master), each master of a Cluster (ordered by the first
 //! slot it serves), or each RedLock node. A [`Position`] says where the
 //! next page starts: which shard, that server's `SCAN` cursor, and — when
-//! one `SCAN` step matched more keys than a page had room for — the last
-//! key handed out of that step (the step is run again and the keys up to
-//! that one, in byte order, are skipped).
+//! one `SCAN` step matched more keys than a page had room for — where in
+//! that step the page stopped: the step's keys are handed out in the order
+//! of a 64-bit hash of each key, and the position keeps the hash of the
+//! last one handed out (the step is run again and the keys up to that
+//! hash are skipped). A hash, not the key: a cursor must never carry a
+//! key's text, since a session's key holds its id.
 //!
 //! Cluster topology: the position carries a fingerprint of the slot
 //! layout (which ranges each master serves, without node ids) and the id
@@ -45,9 +48,9 @@ pub struct Position {
     pub node: String,
     /// That server's `SCAN` cursor.
     pub scan: u64,
-    /// The last key handed out of the step at `scan`, when that step
-    /// matched more keys than its page had room for.
-    pub after: Option<String>,
+    /// The hash ([`order_of`]) of the last key handed out of the step at
+    /// `scan`, when that step matched more keys than its page had room for.
+    pub after: Option<u64>,
 }
 
 impl Position {
@@ -58,9 +61,8 @@ impl Position {
             "{:x}.{}.{}.{}",
             self.layout, self.shard, self.node, self.scan
         );
-        if let Some(after) = &self.after {
-            s.push('.');
-            s.push_str(after);
+        if let Some(after) = self.after {
+            s.push_str(&format!(".{after:016x}"));
         }
         s
     }
@@ -79,7 +81,7 @@ impl Position {
             return None;
         }
         let after = match parts.next() {
-            Some(a) if !a.is_empty() && a.len() <= 1024 => Some(a.to_string()),
+            Some(a) if a.len() == 16 => Some(u64::from_str_radix(a, 16).ok()?),
             Some(_) => return None,
             None => None,
         };
@@ -156,6 +158,17 @@ fn fnv(words: impl IntoIterator<Item = u64>) -> u64 {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
+    }
+    h
+}
+
+/// Where a key comes in the order a split `SCAN` step is handed out in
+/// (FNV-1a of its bytes): what a cursor keeps instead of the key.
+pub fn order_of(key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
 }
@@ -301,19 +314,21 @@ where
             .position(|s| s.id == at.shard)
             .expect("positions name listed shards");
         let shard = &shards.list[index];
-        let (next, mut found) = scan(shard.clone(), at.scan).await?;
+        let (next, found) = scan(shard.clone(), at.scan).await?;
+        let mut found: Vec<(u64, String)> = found.into_iter().map(|k| (order_of(&k), k)).collect();
         found.sort();
         found.dedup();
-        if let Some(after) = &at.after {
-            found.retain(|k| k > after);
+        if let Some(after) = at.after {
+            found.retain(|(order, _)| *order > after);
         }
+        let mut found: Vec<String> = found.into_iter().map(|(_, k)| k).collect();
         let room = limit - keys.len();
         if found.len() > room {
             if keys.is_empty() {
                 // This step alone fills the page: hand out its first keys
                 // and run it again next time for the rest.
                 found.truncate(room);
-                at.after = found.last().cloned();
+                at.after = found.last().map(|k| order_of(k));
                 keys.extend(found);
             }
             // Otherwise the step is run again next page, whole.
@@ -356,7 +371,7 @@ mod tests {
             shard: 5461,
             node: "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca".into(),
             scan: 1536,
-            after: Some("latchkey:{a.b}:lock".into()),
+            after: Some(0x0123_4567_89ab_cdef),
         };
         assert_eq!(Position::decode(&p.encode()), Some(p));
         let plain = Position {
@@ -432,6 +447,28 @@ mod tests {
     }
 
     #[test]
+    fn a_split_steps_cursor_carries_a_hash_never_the_key() {
+        let servers: Servers = vec![(
+            "n1",
+            vec![(0, vec!["ns:{5e55i0n}:session", "ns:{other}:session"])],
+        )];
+        let layout = shards(0, &[(0, "n1")]);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let first = rt.block_on(run(&layout, None, 1, &servers));
+        let cursor = first.next.expect("a second page").encode();
+        assert!(
+            !cursor.contains("5e55i0n") && !cursor.contains("other"),
+            "{cursor}"
+        );
+        let second = rt.block_on(run(&layout, Position::decode(&cursor), 1, &servers));
+        let mut both = [first.keys, second.keys].concat();
+        both.sort();
+        assert_eq!(both, ["ns:{5e55i0n}:session", "ns:{other}:session"]);
+    }
+
+    #[test]
     fn pages_walk_every_shard_and_split_a_step_larger_than_the_page() {
         let servers: Servers = vec![
             ("n1", vec![(1, vec!["a", "b", "c"]), (0, vec!["d"])]),
@@ -439,7 +476,9 @@ mod tests {
         ];
         let layout = shards(7, &[(0, "n1"), (8192, "n2")]);
         for limit in [1, 2, 3, 5, 100] {
-            let (keys, _) = all_pages(&layout, limit, &servers);
+            let (mut keys, _) = all_pages(&layout, limit, &servers);
+            // A split step's keys come in hash order: each exactly once.
+            keys.sort();
             assert_eq!(keys, ["a", "b", "c", "d", "e"], "limit {limit}");
         }
         let (_, pages) = all_pages(&layout, 1, &servers);
