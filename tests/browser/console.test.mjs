@@ -15,9 +15,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { artifacts, keep, launch } from './pages.mjs';
 
 const base = process.env.BROWSER_KEYED_URL;
 const keys = {
@@ -26,8 +26,6 @@ const keys = {
   other: process.env.CONSOLE_OTHER_KEY,
 };
 const latchkeyBin = process.env.LATCHKEY_BIN ?? 'target/debug/latchkey';
-const artifacts = process.env.BROWSER_TEST_ARTIFACTS ?? 'target/browser-test';
-const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const run = Date.now().toString(36);
 const STEP_MS = 15_000;
 /// Leases of the objects made through the API: longer than the test.
@@ -154,14 +152,6 @@ function row(page, kind, name) {
   return page.locator(`section[data-kind="${kind}"] tr.object[data-name="${name}"]`);
 }
 
-async function keep(page, name) {
-  mkdirSync(artifacts, { recursive: true });
-  const file = join(artifacts, name.replace(/[^A-Za-z0-9_-]+/g, '_'));
-  await page.screenshot({ path: `${file}.png`, fullPage: true }).catch(() => {});
-  writeFileSync(`${file}.html`, await page.content().catch(() => ''));
-  console.error(`kept ${file}.png and ${file}.html`);
-}
-
 function flow(name, body) {
   test(name, async () => {
     try {
@@ -185,12 +175,7 @@ function seconds(text) {
 
 before(async () => {
   assert.ok(base && keys.admin && keys.client && keys.other, 'BROWSER_KEYED_URL and the CONSOLE_*_KEY keys are set');
-  browser = await chromium.launch({
-    executablePath: browserPath,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launch();
   const admin = keys.admin;
   cli = startCli();
   // One object of every other kind, with owner labels; a session holding
