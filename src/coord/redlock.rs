@@ -871,4 +871,37 @@ mod tests {
         assert_eq!(drift_ms(30_000), 302);
         assert_eq!(drift_ms(500), 7);
     }
+
+    fn hold(owner: &str, expires_in_ms: u64, held_for_ms: u64) -> HoldInfo {
+        HoldInfo {
+            owner: Some(owner.into()),
+            expires_in_ms,
+            held_for_ms,
+            session: false,
+            count: 1,
+            mode: None,
+        }
+    }
+
+    #[test]
+    fn the_hold_a_quorum_of_nodes_shares_is_the_locks() {
+        let holds = vec![
+            ("t1".to_string(), hold("a", 900, 100)),
+            ("t2".to_string(), hold("b", 5000, 10)),
+            ("t1".to_string(), hold("a", 800, 120)),
+            ("t1".to_string(), hold("a", 1000, 90)),
+        ];
+        let agreed = agreed_hold(holds.clone(), 3).expect("three nodes share t1");
+        assert_eq!(agreed.owner.as_deref(), Some("a"));
+        // What a quorum (3) of the nodes reaches at least.
+        assert_eq!((agreed.expires_in_ms, agreed.held_for_ms), (800, 90));
+        let two = agreed_hold(holds[..3].to_vec(), 2).expect("two share t1");
+        assert_eq!((two.expires_in_ms, two.held_for_ms), (800, 100));
+        assert_eq!(
+            agreed_hold(holds[..2].to_vec(), 2),
+            None,
+            "the nodes disagree"
+        );
+        assert_eq!(agreed_hold(Vec::new(), 2), None, "free");
+    }
 }

@@ -162,9 +162,12 @@ impl utoipa::PartialSchema for Owner {
             .schema_type(Type::String)
             .min_length(Some(1))
             .max_length(Some(MAX_OWNER))
+            // No control characters (Unicode category Cc).
+            .pattern(Some(r"^[^\u0000-\u001F\u007F-\u009F]+$"))
             .description(Some(
                 "Who holds, in words (not a secret: every client of the namespace can read \
-                 it): 1-200 bytes of UTF-8 without control characters.",
+                 it): 1-200 bytes of UTF-8 (so fewer than 200 characters where some take \
+                 several bytes) without control characters.",
             ))
             .examples(["web-7 pid 4242 POST /orders/42"])
             .into()

@@ -46,6 +46,7 @@ pub struct HoldView {
     /// The owner label the acquire sent (or, for a hold taken in a session
     /// by an acquire that sent none, the session's); null when none.
     /// Visible to every client of the namespace: not a secret.
+    #[schema(required = true)]
     pub owner: Option<String>,
     /// Remaining lease, in ms.
     pub expires_in_ms: u64,

@@ -124,6 +124,7 @@ pub struct SessionStatus {
     pub session: String,
     pub ttl_ms: u64,
     /// The owner label it was created with; null when none.
+    #[schema(required = true)]
     pub owner: Option<String>,
     /// When the session (and every hold attached to it) ends without a
     /// heartbeat, in ms.

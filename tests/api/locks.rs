@@ -139,7 +139,7 @@ async fn state_of_a_never_locked_name_is_free_with_token_zero() {
     let state = app.state("fresh").await;
     assert_eq!(
         state,
-        json!({"name": "fresh", "locked": false, "hold_count": 0, "ttl_ms": 0, "fencing_token": 0, "waiters": 0})
+        json!({"name": "fresh", "locked": false, "hold_count": 0, "ttl_ms": 0, "fencing_token": 0, "waiters": 0, "holds": []})
     );
 }
 

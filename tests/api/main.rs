@@ -16,6 +16,7 @@ mod model;
 mod multilocks;
 mod openapi;
 mod ops;
+mod owners;
 mod queues;
 mod ratelimiters;
 mod redlock;

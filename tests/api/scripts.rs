@@ -560,3 +560,51 @@ async fn on_a_cluster_a_release_publishes_on_its_shard_only() {
         "no classic message on any node"
     );
 }
+
+/// `lock_state` reports the hold (owner label, lease left, time held, no
+/// holder id) and, on fair locks, the queue's places that have not lapsed
+/// (a lapsed place no write has pruned yet is not counted); a blocked try
+/// names the holder's owner.
+#[tokio::test]
+async fn lock_state_reports_the_hold_and_the_live_queue_places() {
+    use latchkey::coord::Wait;
+    let redis = redis();
+    let store = test_store(&redis).await;
+    let fair = Locks::new(store, LockKind::Fair { grace_ms: 200 });
+    let take = |holder: &'static str, owner: &'static str, wait: Wait| {
+        let fair = fair.clone();
+        async move {
+            fair.try_acquire_in("q", holder, 5000, wait, &AttemptId::new(), None, owner)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(matches!(
+        take("a", "owner a", Wait::default()).await,
+        Attempt::Granted(_)
+    ));
+    let waiting = Wait {
+        left_ms: Some(100),
+        ticket: 0,
+    };
+    match take("b", "", waiting).await {
+        Attempt::Blocked(blocked) => {
+            assert_eq!(blocked.held_by, vec![Some("owner a".to_string())]);
+            assert!(blocked.place.is_some(), "a long-poll takes a place");
+        }
+        other => panic!("expected blocked, got {other:?}"),
+    }
+    let state = fair.state("q").await.unwrap();
+    assert_eq!(state.queued, Some(1));
+    let hold = &state.holds[..];
+    assert_eq!(hold.len(), 1);
+    assert_eq!(hold[0].owner.as_deref(), Some("owner a"));
+    assert_eq!((hold[0].count, hold[0].session), (1, false));
+    assert!(hold[0].expires_in_ms <= 5000);
+    // b's place lapses at its wait (100 ms) plus the grace (200 ms).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(fair.state("q").await.unwrap().queued, Some(0));
+    let plain = locks(&redis).await;
+    let free = plain.state("q").await.unwrap();
+    assert_eq!((free.holds.len(), free.queued), (0, None));
+}
