@@ -11,7 +11,9 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, Wait, queued};
+use super::{
+    Attempt, AttemptId, HoldInfo, Layout, Refusal, SessionTerm, Wait, queued, reply_held_by,
+};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// Read or write.
@@ -64,8 +66,8 @@ pub struct RwReleased {
     pub left_queue: bool,
 }
 
-/// Public state (never a holder id).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Public state (never a holder id or session id).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RwState {
     pub mode: Option<Mode>,
     /// Distinct reader holders.
@@ -74,6 +76,11 @@ pub struct RwState {
     /// Remaining ms of the longest hold.
     pub ttl_ms: u64,
     pub fencing_token: u64,
+    /// Waiters in the queue in Redis (every instance's).
+    pub queued: u64,
+    /// The live holds (at most 100): the write hold first, then the
+    /// readers' by the end of their lease; `mode` is `read` or `write`.
+    pub holds: Vec<HoldInfo>,
 }
 
 #[derive(Clone, Debug)]
@@ -122,17 +129,19 @@ impl RwLocks {
         attempt: &AttemptId,
     ) -> Result<Attempt<RwGrant>, StoreError> {
         let lease = (lease_ms, Wait::from(wait_left_ms));
-        self.try_acquire_in(name, holder, mode, lease, attempt, None)
+        self.try_acquire_in(name, (holder, None), mode, lease, attempt, None)
             .await
     }
 
     /// [`Self::try_acquire`], or with `session` in a session; see
     /// [`crate::coord::locks::Locks::try_acquire_in`]. All the holder's
-    /// holds on the rwlock are in one session or none.
+    /// holds on the rwlock are in one session or none. `owner` labels the
+    /// hold (README "Who holds it"); `None` keeps the label it has (a new
+    /// hold takes the label of the holder's hold in the other mode).
     pub async fn try_acquire_in(
         &self,
         name: &str,
-        holder: &str,
+        (holder, owner): (&str, Option<&str>),
         mode: Mode,
         (lease_ms, wait): (u64, Wait),
         attempt: &AttemptId,
@@ -143,7 +152,14 @@ impl RwLocks {
             name,
             holder,
             wait,
-            &[mode.code(), &lease, attempt.as_str(), &session, &version],
+            &[
+                mode.code(),
+                &lease,
+                attempt.as_str(),
+                &session,
+                &version,
+                owner.unwrap_or(""),
+            ],
         );
         let reply: Vec<Value> = self
             .layout
@@ -152,7 +168,11 @@ impl RwLocks {
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
-            [Value::Int(0), rest @ ..] => Ok(Attempt::Blocked(queued(rest)?)),
+            [Value::Int(0), place @ .., held_by] => {
+                let mut blocked = queued(place)?;
+                blocked.held_by = reply_held_by(held_by)?;
+                Ok(Attempt::Blocked(blocked))
+            }
             [Value::Int(-1)] => Err(StoreError::timeout()),
             [Value::Int(-2)] => Ok(Attempt::Refused(Refusal::UpgradeWouldDeadlock)),
             [Value::Int(-5)] => Ok(Attempt::Refused(Refusal::SessionMismatch)),
@@ -321,7 +341,7 @@ impl RwLocks {
             .run(&scripts::RW_STATE, &self.keys(name, None), &args)
             .await?;
         match reply.as_slice() {
-            [mode, readers, writes, ttl, fence] => Ok(RwState {
+            [mode, readers, writes, ttl, fence, queued, holds] => Ok(RwState {
                 mode: match mode {
                     Value::BulkString(b) if b.is_empty() => None,
                     m => Some(Mode::from_reply(m)?),
@@ -330,6 +350,8 @@ impl RwLocks {
                 writer_hold_count: reply_u64(writes, "writes")?,
                 ttl_ms: reply_u64(ttl, "ttl")?,
                 fencing_token: reply_u64(fence, "fence")?,
+                queued: reply_u64(queued, "queued")?,
+                holds: HoldInfo::list(holds)?,
             }),
             other => Err(StoreError::reply("rw_state", other)),
         }

@@ -14,7 +14,9 @@
 
 use redis::Value;
 
-use super::{Attempt, AttemptId, Layout, Refusal, SessionTerm, Wait, queued};
+use super::{
+    Attempt, AttemptId, HoldInfo, Layout, Refusal, SessionTerm, Wait, queued, reply_held_by,
+};
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
 /// A holder's hold: all its permits under one lease.
@@ -29,14 +31,19 @@ pub struct SemGrant {
     pub grants: u64,
 }
 
-/// Public state (never a holder id).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Public state (never a holder id or session id).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SemState {
     pub permits: u64,
     /// `permits` minus the permits of live leases, never below 0.
     pub available: u64,
     /// Holders with a live lease.
     pub holders: u64,
+    /// Waiters in the queue in Redis (every instance's).
+    pub queued: u64,
+    /// The live holds (at most 100), by the end of their lease; `count`
+    /// is the hold's permits.
+    pub holds: Vec<HoldInfo>,
 }
 
 /// The answer to a holder's `DELETE` ([`Semaphores::leave_or_release`]).
@@ -71,10 +78,12 @@ fn grant(reply: &[Value]) -> Result<SemGrant, StoreError> {
 
 fn state(reply: &[Value]) -> Result<SemState, StoreError> {
     match reply {
-        [permits, available, holders] => Ok(SemState {
+        [permits, available, holders, queued, holds] => Ok(SemState {
             permits: reply_u64(permits, "permits")?,
             available: reply_u64(available, "available")?,
             holders: reply_u64(holders, "holders")?,
+            queued: reply_u64(queued, "queued")?,
+            holds: HoldInfo::list(holds)?,
         }),
         other => Err(StoreError::Unexpected(format!("semaphore state {other:?}"))),
     }
@@ -128,16 +137,17 @@ impl Semaphores {
         attempt: &AttemptId,
     ) -> Result<Attempt<SemGrant>, StoreError> {
         let lease = (lease_ms, Wait::from(wait_left_ms));
-        self.try_acquire_in(name, holder, permits, lease, attempt, None)
+        self.try_acquire_in(name, (holder, None), permits, lease, attempt, None)
             .await
     }
 
     /// [`Self::try_acquire`], or with `session` in a session; see
-    /// [`crate::coord::locks::Locks::try_acquire_in`].
+    /// [`crate::coord::locks::Locks::try_acquire_in`]. `owner` labels the
+    /// hold (README "Who holds it"); `None` keeps the label it has.
     pub async fn try_acquire_in(
         &self,
         name: &str,
-        holder: &str,
+        (holder, owner): (&str, Option<&str>),
         permits: u64,
         (lease_ms, wait): (u64, Wait),
         attempt: &AttemptId,
@@ -149,7 +159,14 @@ impl Semaphores {
             name,
             holder,
             wait,
-            &[&permits, &lease, attempt.as_str(), &session, &version],
+            &[
+                &permits,
+                &lease,
+                attempt.as_str(),
+                &session,
+                &version,
+                owner.unwrap_or(""),
+            ],
         );
         let keys = self.layout.keys(name, Some(attempt), EXTRA);
         let reply: Vec<Value> = self
@@ -159,9 +176,10 @@ impl Semaphores {
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
-            [Value::Int(0), place @ .., available] => {
+            [Value::Int(0), place @ .., available, held_by] => {
                 let mut blocked = queued(place)?;
                 blocked.available = Some(reply_u64(available, "available")?);
+                blocked.held_by = reply_held_by(held_by)?;
                 Ok(Attempt::Blocked(blocked))
             }
             [Value::Int(-1)] => Err(StoreError::timeout()),

@@ -16,7 +16,7 @@ use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::http::access::ScopedName;
 use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi, QUEUED};
 use crate::http::longpoll::Acquisition;
-use crate::http::responses::{AcquireErrors, NoSessionErrors, examples};
+use crate::http::responses::{AcquireErrors, Counted, HoldView, NoSessionErrors, examples};
 use crate::http::sessions::{self, Held};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
@@ -107,11 +107,17 @@ pub struct RwRelease {
     pub left_queue: bool,
 }
 
-/// An rwlock's public state (never a holder id).
+/// An rwlock's public state (never a holder id or session id).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
-    "name": "catalog", "mode": "read", "readers": 3, "writer_hold_count": 0,
-    "ttl_ms": 24500, "fencing_token": 42, "waiters": 1
+    "name": "catalog", "mode": "read", "readers": 2, "writer_hold_count": 0,
+    "ttl_ms": 24500, "fencing_token": 42, "waiters": 1, "queued": 1,
+    "holds": [
+        {"owner": "web-7 pid 4242 GET /catalog", "expires_in_ms": 24500, "held_for_ms": 5500,
+         "session": false, "hold_count": 1, "mode": "read"},
+        {"owner": null, "expires_in_ms": 12000, "held_for_ms": 800, "session": true,
+         "hold_count": 2, "mode": "read"}
+    ]
 }))]
 pub struct RwLockStatus {
     pub name: String,
@@ -126,6 +132,12 @@ pub struct RwLockStatus {
     pub fencing_token: u64,
     /// Requests waiting on the instance that answers.
     pub waiters: u64,
+    /// Waiters in the rwlock's queue in Redis, on every instance.
+    pub queued: u64,
+    /// The live holds (at most 100): the write hold first, then the
+    /// readers'. A holder that writes and reads has one of each. Owner
+    /// labels are visible to every client of the namespace.
+    pub holds: Vec<HoldView>,
 }
 
 /// One blocking acquire of a read or write hold.
@@ -134,6 +146,9 @@ struct RwAcquisition {
     rwlocks: RwLocks,
     name: ScopedName,
     holder: String,
+    /// The hold's owner label ('' for none; in a session, none takes the
+    /// session's).
+    owner: String,
     mode: Mode,
     lease_ms: u64,
     /// `None` for a try, which takes no queue place.
@@ -153,10 +168,11 @@ impl RwAcquisition {
         let left = Checked::wait_left_ms(self.deadline);
         self.ticket
             .tried(left, |wait| {
-                let (name, holder) = (&self.name.key, &self.holder);
+                let (name, holder) = (&self.name.key, self.holder.as_str());
+                let owner = Some(SessionTerm::owner_of(&self.owner, session));
                 self.rwlocks.try_acquire_in(
                     name,
-                    holder,
+                    (holder, owner),
                     self.mode,
                     (lease_ms, wait),
                     attempt,
@@ -202,13 +218,14 @@ impl Acquisition for RwAcquisition {
         let mut problem = ApiError::lock_held(blocked.retry_after_ms);
         problem.problem.detail =
             format!("the rwlock is held, or waiters are queued ahead. {QUEUED}");
-        problem
+        problem.with_held_by(blocked.held_by)
     }
 
-    /// Read-write locks report the hint only: their queue orders readers
-    /// and writers, but a reader's place among readers means little.
+    /// Read-write locks report the hint and the owners of the blocking
+    /// holds, no `position`: their queue orders readers and writers, but a
+    /// reader's place among readers means little.
     fn waiting(&self, blocked: Blocked) -> Value {
-        json!({ "retry_after_ms": blocked.retry_after_ms })
+        json!({ "retry_after_ms": blocked.retry_after_ms, "held_by": blocked.held_by })
     }
 
     fn grant_body<'a>(&'a self, grant: &'a RwGrant) -> impl Serialize + 'a {
@@ -261,13 +278,14 @@ async fn acquire(
         ticket: Ticket::default(),
         name: checked.name,
         holder: checked.holder,
+        owner: checked.owner,
         mode,
         lease_ms: checked.lease_ms,
     };
     sessions::respond(&state, headers, timing, checked.session, acquisition).await
 }
 
-const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500}\n\nevent: acquired\ndata: {\"name\":\"catalog\",\"holder\":\"reader-1\",\"fencing_token\":8,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"mode\":\"read\",\"read_hold_count\":1,\"write_hold_count\":0}\n\n";
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"held_by\":[\"cron nightly-export\"]}\n\nevent: acquired\ndata: {\"name\":\"catalog\",\"holder\":\"reader-1\",\"fencing_token\":8,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"mode\":\"read\",\"read_hold_count\":1,\"write_hold_count\":0}\n\n";
 
 /// Acquire a read hold (shared with other readers).
 ///
@@ -399,6 +417,12 @@ impl HoldApi for RwLocks {
             ttl_ms: s.ttl_ms,
             fencing_token: s.fencing_token,
             waiters,
+            queued: s.queued,
+            holds: s
+                .holds
+                .into_iter()
+                .map(|h| HoldView::new(h, Counted::HoldCount))
+                .collect(),
         })
     }
 

@@ -15,10 +15,12 @@ use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
 use crate::error::ProblemType;
 use crate::http::access::ScopedName;
-use crate::http::extract::Millis;
+use crate::http::extract::{Millis, Owner};
 use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, QUEUED};
 use crate::http::longpoll::Acquisition;
-use crate::http::responses::{AcquireErrors, BodyErrors, ObjectErrors, examples};
+use crate::http::responses::{
+    AcquireErrors, BodyErrors, Counted, HoldView, ObjectErrors, examples,
+};
 use crate::http::sessions::{self, Held};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
@@ -37,10 +39,16 @@ pub struct SemaphoreConfig {
     pub permits: Option<Millis>,
 }
 
-/// A semaphore's public state (never a holder id).
+/// A semaphore's public state (never a holder id or session id).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({
-    "name": "exports", "permits": 3, "available": 1, "holders": 2, "waiters": 0
+    "name": "exports", "permits": 3, "available": 0, "holders": 2, "waiters": 0, "queued": 1,
+    "holds": [
+        {"owner": "worker-1 pid 77 export.py", "expires_in_ms": 21000, "held_for_ms": 9000,
+         "session": false, "permits": 2},
+        {"owner": null, "expires_in_ms": 28000, "held_for_ms": 2000, "session": true,
+         "permits": 1}
+    ]
 }))]
 pub struct SemaphoreStatus {
     pub name: String,
@@ -51,6 +59,12 @@ pub struct SemaphoreStatus {
     pub holders: u64,
     /// Requests waiting on the instance that answers.
     pub waiters: u64,
+    /// Waiters in the semaphore's queue in Redis, on every instance.
+    pub queued: u64,
+    /// The live holds (at most 100), by the end of their lease: each
+    /// holder's permits. Owner labels are visible to every client of the
+    /// namespace.
+    pub holds: Vec<HoldView>,
 }
 
 impl SemaphoreStatus {
@@ -61,6 +75,12 @@ impl SemaphoreStatus {
             available: s.available,
             holders: s.holders,
             waiters,
+            queued: s.queued,
+            holds: s
+                .holds
+                .into_iter()
+                .map(|h| HoldView::new(h, Counted::Permits))
+                .collect(),
         }
     }
 }
@@ -68,7 +88,7 @@ impl SemaphoreStatus {
 /// Body of an acquire. Every field is optional; the body may be omitted.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"permits": 1, "lease_ms": 30000, "wait_ms": 0}))]
+#[schema(example = json!({"permits": 1, "lease_ms": 30000, "wait_ms": 0, "owner": "worker-1 pid 77 export.py"}))]
 pub struct SemaphoreAcquireRequest {
     /// Permits to take (default 1); at most the semaphore's `permits`.
     #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000000, example = 1)]
@@ -101,6 +121,12 @@ pub struct SemaphoreAcquireRequest {
         pattern = "^[A-Za-z0-9._~:-]{1,128}$"
     )]
     pub session: Option<String>,
+    /// Who acquires, in words: a label shown in state reads and in the
+    /// `held_by` of refused requests (1-200 bytes of UTF-8 without control
+    /// characters; else 400 `invalid-body`). Not a secret: every client of
+    /// the namespace sees it. A later acquire by the same holder that sends
+    /// one replaces it; one that sends none keeps it.
+    pub owner: Option<Owner>,
 }
 
 /// A grant or renewal: the lock family's grant for the holder's hold, and
@@ -160,7 +186,8 @@ pub fn no_permits(blocked: Blocked) -> ApiError {
         ProblemType::NoPermits,
         format!("not enough permits are available, or waiters are queued ahead. {QUEUED}"),
     )
-    .with_retry_after_ms(blocked.retry_after_ms);
+    .with_retry_after_ms(blocked.retry_after_ms)
+    .with_held_by(blocked.held_by);
     problem.problem.available = blocked.available;
     problem.problem.position = blocked.position;
     problem
@@ -172,6 +199,9 @@ struct SemAcquisition {
     semaphores: Semaphores,
     name: ScopedName,
     holder: String,
+    /// The hold's owner label ('' for none; in a session, none takes the
+    /// session's).
+    owner: String,
     permits: u64,
     lease_ms: u64,
     /// `None` for a try, which takes no queue place.
@@ -191,10 +221,11 @@ impl SemAcquisition {
         let left = Checked::wait_left_ms(self.deadline);
         self.ticket
             .tried(left, |wait| {
-                let (name, holder) = (&self.name.key, &self.holder);
+                let (name, holder) = (&self.name.key, self.holder.as_str());
+                let owner = Some(SessionTerm::owner_of(&self.owner, session));
                 self.semaphores.try_acquire_in(
                     name,
-                    holder,
+                    (holder, owner),
                     self.permits,
                     (lease_ms, wait),
                     attempt,
@@ -245,6 +276,7 @@ impl Acquisition for SemAcquisition {
             "retry_after_ms": blocked.retry_after_ms,
             "position": blocked.position,
             "available": blocked.available,
+            "held_by": blocked.held_by,
         })
     }
 
@@ -315,7 +347,7 @@ pub async fn configure(
     Ok(Json(SemaphoreStatus::new(name.name, s, waiters)))
 }
 
-const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"position\":0,\"available\":1}\n\nevent: acquired\ndata: {\"name\":\"exports\",\"holder\":\"worker-1\",\"fencing_token\":12,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"permits\":2}\n\n";
+const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"position\":0,\"available\":1,\"held_by\":[\"worker-2 pid 81 export.py\",null]}\n\nevent: acquired\ndata: {\"name\":\"exports\",\"holder\":\"worker-1\",\"fencing_token\":12,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"permits\":2}\n\n";
 
 /// Acquire permits (adding to the holder's, under one lease).
 ///
@@ -366,7 +398,7 @@ pub async fn acquire(
         lease_ms: body.lease_ms,
         wait_ms: body.wait_ms,
         session: body.session,
-        owner: None,
+        owner: body.owner,
     };
     let checked = Checked::new(&state, name, rest).await?;
     let timing = checked.timing();
@@ -376,6 +408,7 @@ pub async fn acquire(
         ticket: Ticket::default(),
         name: checked.name,
         holder: checked.holder,
+        owner: checked.owner,
         permits,
         lease_ms: checked.lease_ms,
     };

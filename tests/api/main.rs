@@ -17,6 +17,7 @@ mod multilocks;
 mod openapi;
 mod ops;
 mod owners;
+mod owners_rw_sem;
 mod queues;
 mod ratelimiters;
 mod redlock;

@@ -83,7 +83,10 @@ async fn permits_are_configured_taken_renewed_and_given_back() {
     let configured = put(&app, "s", 3).await;
     assert_eq!(
         configured,
-        json!({"name": "s", "permits": 3, "available": 3, "holders": 0, "waiters": 0})
+        json!({
+            "name": "s", "permits": 3, "available": 3, "holders": 0, "waiters": 0,
+            "queued": 0, "holds": []
+        })
     );
 
     let response = acquire(&app, "s", json!({"holder": "a", "permits": 2})).await;

@@ -1360,7 +1360,7 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
         rwlocks
             .try_acquire_in(
                 "r",
-                "h",
+                ("h", None),
                 Mode::Read,
                 (10_000, Wait::default()),
                 &id(),
@@ -1373,7 +1373,7 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
         semaphores
             .try_acquire_in(
                 "p",
-                "h",
+                ("h", None),
                 1,
                 (10_000, Wait::default()),
                 &id(),

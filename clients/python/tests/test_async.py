@@ -253,3 +253,22 @@ async def test_every_primitive(url: str, name: Names) -> None:
                 await other.redlock(red).acquire()
             grant.check()
         assert (await other.redlock_state(red))["locked_on"] == 0
+
+
+@run_async
+async def test_owner_labels_reach_the_state_read(url: str, name: Names) -> None:
+    import os
+    import socket
+    import sys
+
+    program = os.path.basename(sys.argv[0]) or "python"
+    default = f"{socket.gethostname()} pid {os.getpid()} {program}"
+    rw, sem = name("aowner-rw"), name("aowner-sem")
+    async with latchkey.AsyncClient(url) as lk:
+        async with lk.write_lock(rw):
+            holds = (await lk.rwlock_state(rw))["holds"]
+            assert [(h["owner"], h["mode"]) for h in holds] == [(default, "write")]
+        await lk.semaphore(sem).configure(1)
+        async with lk.semaphore_permits(sem, owner="a\nb"):
+            holds = (await lk.semaphore(sem).state())["holds"]
+            assert [h["owner"] for h in holds] == ["a b"]

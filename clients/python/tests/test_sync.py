@@ -552,3 +552,33 @@ def test_url_defaults_to_the_environment(url: str, monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("LATCHKEY_URL")
     with latchkey.Client() as client:
         assert client.url == "http://127.0.0.1:8080"
+
+
+# --- owner labels ------------------------------------------------------------------
+
+
+def test_owner_labels_reach_the_state_read(url: str, name: Names) -> None:
+    import os
+    import socket
+    import sys
+
+    program = os.path.basename(sys.argv[0]) or "python"
+    default = f"{socket.gethostname()} pid {os.getpid()} {program}"
+    rw, sem = name("owner-rw"), name("owner-sem")
+    with latchkey.Client(url) as lk:
+        with lk.read_lock(rw):
+            holds = lk.rwlock_state(rw)["holds"]
+            assert [(h["owner"], h["mode"]) for h in holds] == [(default, "read")]
+        lk.semaphore(sem).configure(2)
+        with lk.semaphore_permits(sem, 2, owner="job 7"):
+            holds = lk.semaphore(sem).state()["holds"]
+            assert [(h["owner"], h.get("permits")) for h in holds] == [("job 7", 2)]
+    # Control characters become spaces; 200 bytes at most, cut between characters.
+    with latchkey.Client(url, owner="nightly\texport " + "é" * 150) as lk:
+        with lk.write_lock(rw):
+            (hold,) = lk.rwlock_state(rw)["holds"]
+            assert hold["owner"] == "nightly export " + "é" * 92
+    with latchkey.Client(url, owner="") as lk:
+        with lk.write_lock(rw):
+            (hold,) = lk.rwlock_state(rw)["holds"]
+            assert hold["owner"] is None

@@ -23,6 +23,7 @@ import {
   type JsonAnswer,
   type RequestSpec,
 } from "./http.js";
+import { cleanOwner, defaultOwner } from "./owner.js";
 
 /** The longest single long-poll assumed when the service does not say (its default `max_wait_ms`). */
 const DEFAULT_MAX_WAIT_MS = 60_000;
@@ -46,6 +47,13 @@ export interface LatchkeyOptions {
    * (default 10000). A heartbeat never waits beyond its lease's end.
    */
   requestTimeoutMs?: number;
+  /**
+   * The owner label every acquire sends (shown in state reads' `holds` and
+   * refusals' `held_by`; not a secret). Default `"<host> pid <pid>
+   * <program>"`; `""` sends none. Control characters become spaces; cut
+   * to 200 bytes.
+   */
+  owner?: string;
 }
 
 /** A `waiting` event of an SSE acquisition. */
@@ -71,6 +79,8 @@ export interface AcquireOptions {
   holder?: string;
   /** The lease (default: the service's, 30000). Renewed in the background. */
   leaseMs?: number;
+  /** This acquire's owner label, in place of the client's (`LatchkeyOptions.owner`). */
+  owner?: string;
   /**
    * The total wait (default 0: try once). Longer than the service's
    * longest long-poll (`max_wait_ms`), it is split into several polls as
@@ -105,6 +115,22 @@ export interface LockState {
   waiters: number;
 }
 
+/** One hold in a state read (never a holder id or session id). */
+export interface HoldState {
+  /** Its owner label, or null. */
+  owner: string | null;
+  expiresInMs: number;
+  heldForMs: number;
+  /** Taken in a session. */
+  session: boolean;
+  /** Reentrant holds (locks, rwlocks). */
+  holdCount?: number;
+  /** Rwlocks. */
+  mode?: "read" | "write";
+  /** Semaphores. */
+  permits?: number;
+}
+
 export interface RwLockState {
   name: string;
   mode: "read" | "write" | null;
@@ -113,6 +139,9 @@ export interface RwLockState {
   ttlMs: number;
   fencingToken: number;
   waiters: number;
+  /** Waiters in the queue, on every instance. */
+  queued: number;
+  holds: HoldState[];
 }
 
 export interface RedlockNodeState {
@@ -135,6 +164,9 @@ export interface SemaphoreState {
   available: number;
   holders: number;
   waiters?: number;
+  /** Waiters in the queue, on every instance. */
+  queued?: number;
+  holds?: HoldState[];
 }
 
 export interface LatchState {
@@ -235,6 +267,17 @@ export class Core {
       options.apiKey ?? env("LATCHKEY_API_KEY"),
     );
     this.requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
+    this.#owner = options.owner !== undefined ? Promise.resolve(cleanOwner(options.owner)) : undefined;
+  }
+
+  /** The client's owner label (computed once, at the first acquire). */
+  #owner: Promise<string | undefined> | undefined;
+
+  /** The label an acquire sends: its own, else the client's. */
+  async ownerOf(options: AcquireOptions): Promise<string | undefined> {
+    if (options.owner !== undefined) return cleanOwner(options.owner);
+    this.#owner ??= defaultOwner().then(cleanOwner);
+    return this.#owner;
   }
 
   /** A request whose 2xx answer is returned camelCased; anything else throws. */
@@ -290,10 +333,12 @@ export class Core {
     const { signal, onWaiting } = options;
     const deadline = now() + waitMs;
     const generated = options.holder === undefined && holder !== undefined;
+    const owner = await this.ownerOf(options);
     for (;;) {
       const piece = this.piece(deadline);
       const body: Record<string, unknown> = { ...spec.extra, wait_ms: piece };
       if (holder !== undefined) body.holder = holder;
+      if (owner !== undefined) body.owner = owner;
       if (options.leaseMs !== undefined) body.lease_ms = options.leaseMs;
       const sentAt = now();
       let outcome: Outcome;

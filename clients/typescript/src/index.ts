@@ -20,6 +20,7 @@ export {
   withHold,
   type AcquireOptions,
   type CountDownOptions,
+  type HoldState,
   type LatchCount,
   type LatchkeyOptions,
   type LatchState,

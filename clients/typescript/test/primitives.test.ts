@@ -226,3 +226,32 @@ test("reentrant lock: the same holder re-enters with the same token", async () =
   await outer.release();
   assert.equal((await lk.lockState(name)).locked, false);
 });
+
+test("owner labels: the default, the client's and an acquire's reach the state read", async () => {
+  const os = await import("node:os");
+  const path = await import("node:path");
+  const expected = `${os.hostname()} pid ${process.pid} ${path.basename(process.argv[1] ?? "")}`;
+  const name = unique("owner");
+  const lk = client();
+  const read = await lk.readLock(name);
+  const state = await lk.rwLockState(name);
+  assert.deepEqual(
+    state.holds.map((h) => [h.owner, h.mode, h.session]),
+    [[expected, "read", false]],
+  );
+  await read.release();
+  // Control characters become spaces; at most 200 bytes, cut between characters.
+  const labelled = client({ owner: "nightly\texport " + "é".repeat(150) });
+  const write = await labelled.writeLock(name);
+  assert.equal((await lk.rwLockState(name)).holds[0]!.owner, "nightly export " + "é".repeat(92));
+  await write.release();
+  const sem = unique("owner-sem");
+  await lk.semaphore(sem).configure(2);
+  const permits = await labelled.semaphore(sem).acquire({ permits: 2, owner: "job 7" });
+  const semState = await lk.semaphore(sem).state();
+  assert.deepEqual(semState.holds?.map((h) => [h.owner, h.permits]), [["job 7", 2]]);
+  await permits.release();
+  const unlabelled = await client({ owner: "" }).writeLock(name);
+  assert.equal((await lk.rwLockState(name)).holds[0]!.owner, null);
+  await unlabelled.release();
+});

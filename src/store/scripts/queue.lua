@@ -212,3 +212,15 @@ local function waiting(member, pttl, free)
   end
   return {0, retry, position, ticket, recheck}
 end
+
+-- How many waiters are queued (every instance's), leaving out entries
+-- whose deadline passed but that no script has pruned yet. Read-only.
+local function queue_length()
+  local lapsed = 0
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
+    if string.sub(m, 1, 1) ~= '!' then
+      lapsed = lapsed + 1
+    end
+  end
+  return math.max(redis.call('ZCARD', KEYS[4]) - lapsed, 0)
+end

@@ -17,6 +17,9 @@
 --                              that lets a release forget it without a scan)
 --          ss|<h>, sv|<h>, se|<h>  a holder's holds taken in a session
 --                              (hold_session.lua, joined before this file)
+--          ow, tw              the write hold's owner label and grant
+--                              time (holds.lua: suffix 'w')
+--          or|<h>, tr|<h>      a reader's (suffix 'r|<h>')
 -- KEYS[2]  fence {prefix}{name}:rw:fence (counter; never expires)
 -- KEYS[3]  the attempt's marker (acquire, undo), else the hash again
 -- KEYS[4..6]  the queue (queue.lua)
@@ -49,16 +52,25 @@ local function forget_session(holder)
   end
 end
 
+-- The suffix of the owner fields (holds.lua) of a holder's hold in `mode`.
+local function owner_suffix(mode, holder)
+  if mode == 'w' then
+    return 'w'
+  end
+  return 'r|' .. holder
+end
+
 local function drop_writer()
   local holder = redis.call('HGET', KEYS[1], 'w')
   forget('w', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'wc')))
-  redis.call('HDEL', KEYS[1], 'w', 'wc', 'wt', 'wl', 'wd')
+  redis.call('HDEL', KEYS[1], 'w', 'wc', 'wt', 'wl', 'wd', 'ow', 'tw')
   forget_session(holder)
 end
 
 local function drop_reader(holder)
   forget('r', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0'))
-  redis.call('HDEL', KEYS[1], 'r|' .. holder, 'rt|' .. holder, 'rl|' .. holder)
+  redis.call('HDEL', KEYS[1], 'r|' .. holder, 'rt|' .. holder, 'rl|' .. holder,
+    'or|' .. holder, 'tr|' .. holder)
   redis.call('ZREM', KEYS[7], holder)
   forget_session(holder)
 end
@@ -194,4 +206,44 @@ local function extend(holder, lease, cap)
   if shortened then
     wake()
   end
+end
+
+-- Who holds it (README "Who holds it"; holds.lua).
+
+-- The owners of the live holds that block `holder` from a hold in `mode`
+-- (at most 10; '' for a hold without one): for a write, every other
+-- holder's holds; for a read, the write hold.
+local function blocking_owners(mode, holder)
+  local owners = {}
+  local writer = redis.call('HGET', KEYS[1], 'w')
+  if writer and writer ~= holder then
+    owners[1] = redis.call('HGET', KEYS[1], 'ow') or ''
+  end
+  if mode == 'w' then
+    for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '(' .. now, '+inf', 'LIMIT', 0, 11)) do
+      if r ~= holder and #owners < 10 then
+        owners[#owners + 1] = redis.call('HGET', KEYS[1], 'or|' .. r) or ''
+      end
+    end
+  end
+  return owners
+end
+
+-- The live holds as a state read reports them (holds.lua's hold_entry),
+-- the write hold first, then at most `limit` - 1 readers by their end.
+local function hold_entries(limit)
+  local entries = {}
+  local h = redis.call('HMGET', KEYS[1], 'w', 'wc', 'wd', 'ow', 'tw')
+  if h[1] and tonumber(h[3]) > now then
+    entries[1] = hold_entry(h[4], tonumber(h[3]) - now, h[5], session_of(KEYS[1], h[1]), h[2], 'write')
+  end
+  local readers = redis.call('ZRANGEBYSCORE', KEYS[7], '(' .. now, '+inf', 'WITHSCORES',
+    'LIMIT', 0, limit - #entries)
+  for i = 1, #readers, 2 do
+    local r = readers[i]
+    local f = redis.call('HMGET', KEYS[1], 'r|' .. r, 'or|' .. r, 'tr|' .. r)
+    entries[#entries + 1] = hold_entry(f[2], tonumber(readers[i + 1]) - now, f[3],
+      session_of(KEYS[1], r), f[1], 'read')
+  end
+  return entries
 end

@@ -9,10 +9,14 @@
 -- ARGV[8]  the session the hold is taken in, or '' for none
 -- ARGV[9]  the version of the session's state that end comes from, or ''
 --          for none
+-- ARGV[10] the owner label ('' for none; holds.lua): a new hold without
+--          one takes the label of the holder's hold in the other mode
 --
 -- Returns  {1, token, hold_count, lease_ms, mode, read_count, write_count}
 --                   granted (a repeat of the attempt returns its grant)
---          {0, retry_after_ms, position, ticket, recheck_ms}  must wait
+--          {0, retry_after_ms, position, ticket, recheck_ms, held_by}
+--                   must wait; held_by: the owners of the holds that block
+--                   it (blocking_owners)
 --          {-1}     this attempt was already given up: nothing granted
 --          {-2}     a write asked by one of several readers: it would wait
 --                   for itself (upgrade-would-deadlock), refused at once
@@ -109,6 +113,14 @@ local function take()
     redis.call('ZADD', KEYS[7], deadline, holder)
   end
   redis.call('HSET', KEYS[1], unpack(fields))
+  local owner = ARGV[10] or ''
+  if owner == '' and count == 1 then
+    local other = (mode == 'w') and 'or|' .. holder or 'ow'
+    if mode == 'w' or writer == holder then
+      owner = redis.call('HGET', KEYS[1], other) or ''
+    end
+  end
+  record_owner(KEYS[1], owner_suffix(mode, holder), owner, count == 1)
   if session ~= '' and fresh then
     in_session(KEYS[1], holder, session, version, lease)
     extend(holder, lease, nil)
@@ -120,10 +132,18 @@ local function take()
   return grant_reply(mode, holder)
 end
 
+-- The reply to a request that must wait (queue.lua's waiting), with the
+-- owners of the holds that block it.
+local function blocked(pttl, free)
+  local reply = waiting(member, pttl, free)
+  reply[#reply + 1] = blocking_owners(mode, holder)
+  return reply
+end
+
 -- A waiter that left the queue while this request was open (queue.lua)
 -- is granted nothing, unless it re-enters a hold it has.
 if writer ~= holder and reads == 0 and left_while_open(member) then
-  return waiting(member, held_for(), false)
+  return blocked(held_for(), false)
 end
 
 if mode == 'r' then
@@ -131,10 +151,10 @@ if mode == 'r' then
     return take()
   end
   if writer then
-    return waiting(member, held_for(), false)
+    return blocked(held_for(), false)
   end
   if queued_ahead(true) then
-    return waiting(member, held_for(), readers == 0)
+    return blocked(held_for(), readers == 0)
   end
   return take()
 end
@@ -148,9 +168,9 @@ if reads > 0 then
   return {-2}
 end
 if writer or readers > 0 then
-  return waiting(member, held_for(), false)
+  return blocked(held_for(), false)
 end
 if queued_ahead(false) then
-  return waiting(member, 0, true)
+  return blocked(0, true)
 end
 return take()

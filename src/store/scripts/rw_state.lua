@@ -3,7 +3,9 @@
 -- are left out, not removed.
 --
 -- Returns  {mode ('w', 'r' or ''), readers, writer_hold_count, ttl_ms,
---          last_token}. Never a holder id: holder ids are capabilities.
+--          last_token, queued, holds}: queued is the queue's length
+--          (queue_length), holds at most 100 live holds (hold_entries).
+--          Never a holder id or session id: holder ids are capabilities.
 local h = redis.call('HMGET', KEYS[1], 'w', 'wc', 'wd')
 local fence = redis.call('GET', KEYS[2]) or '0'
 local writing = h[1] and tonumber(h[3]) > now
@@ -17,9 +19,10 @@ if reader[2] and tonumber(reader[2]) > last then
   last = tonumber(reader[2])
 end
 local ttl = math.max(last - now, 0)
+local queued, holds = queue_length(), hold_entries(100)
 if writing then
-  return {'w', readers, tonumber(h[2]), ttl, fence}
+  return {'w', readers, tonumber(h[2]), ttl, fence, queued, holds}
 elseif readers > 0 then
-  return {'r', readers, 0, ttl, fence}
+  return {'r', readers, 0, ttl, fence, queued, holds}
 end
-return {'', 0, 0, 0, fence}
+return {'', 0, 0, 0, fence, queued, holds}

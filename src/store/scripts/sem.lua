@@ -25,6 +25,8 @@
 --          a|<attempt>   the permits that attempt was granted
 --          ss|<h>, sv|<h>, se|<h>  a hold taken in a session
 --                        (hold_session.lua, joined before this file)
+--          oh|<h>, th|<h>  its owner label and grant time (holds.lua,
+--                        suffix 'h|<h>': t|<h> is the token)
 -- KEYS[8]  zset {prefix}{name}:sem:leases  holder → its lease's deadline
 --
 -- Expired holds are reclaimed by every script before it reads, on Redis's
@@ -56,7 +58,8 @@ end
 -- Drops a holder's hold; returns the permits it had.
 local function drop_holder(holder)
   local h = redis.call('HMGET', KEYS[7], 'p|' .. holder, 'as|' .. holder)
-  local fields = {'p|' .. holder, 'c|' .. holder, 't|' .. holder, 'l|' .. holder, 'as|' .. holder}
+  local fields = {'p|' .. holder, 'c|' .. holder, 't|' .. holder, 'l|' .. holder, 'as|' .. holder,
+    'oh|' .. holder, 'th|' .. holder}
   for id in string.gmatch(h[2] or '', '%S+') do
     fields[#fields + 1] = 'a|' .. id
   end
@@ -199,9 +202,37 @@ local function grant_reply(holder)
   return {1, tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4])}
 end
 
--- {permits, available, holders}: the public state.
+-- The live holds as a state read reports them (holds.lua's hold_entry),
+-- at most `limit`, by the end of their lease.
+local function hold_entries(limit)
+  local entries = {}
+  local leases = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'WITHSCORES',
+    'LIMIT', 0, limit)
+  for i = 1, #leases, 2 do
+    local h = leases[i]
+    local f = redis.call('HMGET', KEYS[7], 'p|' .. h, 'oh|' .. h, 'th|' .. h)
+    entries[#entries + 1] = hold_entry(f[2], tonumber(leases[i + 1]) - now, f[3],
+      session_of(KEYS[7], h), f[1], nil)
+  end
+  return entries
+end
+
+-- The owners of the holds of permits (at most 10; '' for a hold without
+-- one): what blocks a request that does not fit.
+local function blocking_owners()
+  local owners = {}
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'LIMIT', 0, 10)) do
+    owners[#owners + 1] = redis.call('HGET', KEYS[7], 'oh|' .. h) or ''
+  end
+  return owners
+end
+
+-- {permits, available, holders, queued, holds}: the public state, with
+-- the queue's length (queue_length) and at most 100 holds. Never a holder
+-- id or session id.
 local function state_reply()
-  return {configured_permits(), available(), redis.call('ZCARD', KEYS[8])}
+  return {configured_permits(), available(), redis.call('ZCARD', KEYS[8]), queue_length(),
+    hold_entries(100)}
 end
 
 -- Sessions (README "Sessions"; hold_session.lua).

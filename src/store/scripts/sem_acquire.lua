@@ -11,11 +11,13 @@
 -- ARGV[8]  the session the hold is taken in, or '' for none
 -- ARGV[9]  the version of the session's state that end comes from, or ''
 --          for none
+-- ARGV[10] the owner label ('' for none; holds.lua)
 --
 -- Returns  {1, token, permits, lease_ms, grants}  granted: the holder's
 --                   total permits (a repeat of the attempt returns it again)
---          {0, retry_after_ms, position, ticket, recheck_ms, available}
---                   must wait
+--          {0, retry_after_ms, position, ticket, recheck_ms, available,
+--           held_by}  must wait; held_by: the owners of the holds of
+--                   permits (blocking_owners)
 --          {-1}     this attempt was already given up: nothing granted
 --          {-3, permits}  k is more than the semaphore has: never grantable
 --          {-4}     the semaphore is not configured (or was deleted)
@@ -63,6 +65,7 @@ if not go then
   local free = available()
   local reply = waiting(member, first_lease_ends(), free > 0)
   reply[#reply + 1] = free
+  reply[#reply + 1] = blocking_owners()
   return reply
 end
 if overtakes then
@@ -81,6 +84,7 @@ local attempts = h[4] and (h[4] .. ' ' .. id) or id
 redis.call('HSET', KEYS[7], 'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, token,
   'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts)
 redis.call('HINCRBY', KEYS[7], 'used', need)
+record_owner(KEYS[7], 'h|' .. holder, ARGV[10] or '', grants == 1)
 if session == '' then
   set_deadline(holder, now + lease)
 elseif newer(KEYS[7], holder, version) then

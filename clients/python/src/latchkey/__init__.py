@@ -44,6 +44,7 @@ from ._errors import (
 )
 from ._models import (
     Grant,
+    HoldState,
     LatchState,
     LockHoldInfo,
     LockState,
@@ -78,6 +79,7 @@ __all__ = [
     "NodeCount",
     "LockState",
     "RwLockState",
+    "HoldState",
     "RedlockState",
     "RedlockNodeState",
     "SemaphoreState",

@@ -21,7 +21,7 @@ from typing import (
 
 import httpx
 
-from ._config import auth_headers, client_timeout, http_limits, resolve_url
+from ._config import auth_headers, clean_owner, client_timeout, default_owner, http_limits, resolve_url
 from ._core import (
     NO_BODY,
     Answer,
@@ -431,9 +431,11 @@ class AsyncClient:
         *,
         api_key: Optional[str] = None,
         timeout: float = 10.0,
+        owner: Optional[str] = None,
     ) -> None:
         self.url = resolve_url(url)
         self._timeout = float(timeout)
+        self._owner = clean_owner(default_owner() if owner is None else owner)
         self._http = httpx.AsyncClient(
             base_url=self.url,
             timeout=client_timeout(self._timeout),
@@ -483,10 +485,11 @@ class AsyncClient:
         holder: Optional[str] = None,
         on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AsyncHold]:
         """A reentrant lock (``/locks/{name}``)."""
         return self._acquisition(
-            SingleOp("lock", "/locks", name), AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms
+            SingleOp("lock", "/locks", name), AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
         )
 
     def fair_lock(
@@ -498,11 +501,12 @@ class AsyncClient:
         holder: Optional[str] = None,
         on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AsyncHold]:
         """A fair lock (``/fair-locks/{name}``)."""
         return self._acquisition(
             SingleOp("fair-lock", "/fair-locks", name),
-            AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms,
+            AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner,
         )
 
     def read_lock(
@@ -514,10 +518,11 @@ class AsyncClient:
         holder: Optional[str] = None,
         on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AsyncHold]:
         """The read side of a read-write lock (``/rwlocks/{name}``)."""
         op = SingleOp("read-lock", "/rwlocks", name, "/read/acquire", release_params={"mode": "read"})
-        return self._acquisition(op, AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms)
+        return self._acquisition(op, AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
 
     def write_lock(
         self,
@@ -528,10 +533,11 @@ class AsyncClient:
         holder: Optional[str] = None,
         on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AsyncHold]:
         """The write side of a read-write lock (``/rwlocks/{name}``)."""
         op = SingleOp("write-lock", "/rwlocks", name, "/write/acquire", release_params={"mode": "write"})
-        return self._acquisition(op, AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms)
+        return self._acquisition(op, AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
 
     def semaphore_permits(
         self,
@@ -543,10 +549,11 @@ class AsyncClient:
         holder: Optional[str] = None,
         on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AsyncHold]:
         """``permits`` of a configured semaphore (``/semaphores/{name}``)."""
         op = SingleOp("semaphore", "/semaphores", name, extra={"permits": permits})
-        return self._acquisition(op, AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms)
+        return self._acquisition(op, AsyncHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
 
     def multi_lock(
         self,
@@ -557,10 +564,11 @@ class AsyncClient:
         holder: Optional[str] = None,
         on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AsyncMultiHold]:
         """A set of locks, all or nothing."""
         return self._acquisition(
-            MultiOp(names), AsyncMultiHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms
+            MultiOp(names), AsyncMultiHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
         )
 
     def redlock(
@@ -572,11 +580,12 @@ class AsyncClient:
         holder: Optional[str] = None,
         on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AsyncHold]:
         """A RedLock (``/redlocks/{name}``)."""
         return self._acquisition(
             SingleOp("redlock", "/redlocks", name), AsyncHold, holder, lease_ms, wait_ms, on_waiting,
-            heartbeat_interval_ms,
+            heartbeat_interval_ms, owner,
         )
 
     def _acquisition(
@@ -588,7 +597,9 @@ class AsyncClient:
         wait_ms: int,
         on_waiting: Optional[EventCallback],
         heartbeat_interval_ms: Optional[int],
+        owner: Optional[str] = None,
     ) -> AsyncAcquisition[AH]:
+        op.owner = self._owner if owner is None else clean_owner(owner)
         return AsyncAcquisition(
             self,
             op,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
+import sys
+import unicodedata
 from typing import Dict, Optional
 
 import httpx
@@ -41,3 +44,26 @@ def http_limits() -> httpx.Limits:
     # No cap on connections: a heartbeat must never queue behind long-polls
     # for a pooled connection.
     return httpx.Limits(max_connections=None, max_keepalive_connections=32)
+
+
+# The longest owner label the service accepts, in bytes of UTF-8.
+MAX_OWNER_BYTES = 200
+
+
+def default_owner() -> str:
+    """``"<host> pid <pid> <program>"``: who acquires, for people reading
+    state reads and refusals (the program is ``sys.argv[0]``'s base name,
+    else ``python``)."""
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return f"{socket.gethostname()} pid {os.getpid()} {program or 'python'}"
+
+
+def clean_owner(label: Optional[str]) -> Optional[str]:
+    """An owner label as the service accepts it: control characters become
+    spaces, and it is cut to 200 bytes of UTF-8 on a character boundary.
+    ``None`` (send none) for ``None`` or an empty label."""
+    if not label:
+        return None
+    printable = "".join(" " if unicodedata.category(c) == "Cc" else c for c in label)
+    cut = printable.encode("utf-8")[:MAX_OWNER_BYTES].decode("utf-8", "ignore")
+    return cut or None

@@ -213,6 +213,8 @@ class HoldOp(Generic[G]):
     """How to acquire, renew and release one kind of hold."""
 
     kind: str
+    # The owner label every acquire of this op sends (None: none).
+    owner: Optional[str] = None
 
     def acquire_call(self, holder: Optional[str], lease_ms: Optional[int], wait_ms: int) -> HttpCall:
         raise NotImplementedError
@@ -253,6 +255,8 @@ class SingleOp(HoldOp[Grant]):
         body: Dict[str, Any] = dict(self.extra)
         if holder is not None:
             body["holder"] = holder
+        if self.owner is not None:
+            body["owner"] = self.owner
         if lease_ms is not None:
             body["lease_ms"] = lease_ms
         body["wait_ms"] = wait_ms
@@ -286,6 +290,8 @@ class MultiOp(HoldOp[MultiGrant]):
         body: Dict[str, Any] = {"names": self.names, "wait_ms": wait_ms}
         if holder is not None:
             body["holder"] = holder
+        if self.owner is not None:
+            body["owner"] = self.owner
         if lease_ms is not None:
             body["lease_ms"] = lease_ms
         return HttpCall("POST", "/multilocks/acquire", json=body, server_wait_ms=wait_ms)

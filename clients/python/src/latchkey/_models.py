@@ -12,6 +12,7 @@ __all__ = [
     "NodeCount",
     "LockState",
     "RwLockState",
+    "HoldState",
     "RedlockNodeState",
     "RedlockState",
     "SemaphoreState",
@@ -167,8 +168,24 @@ class LockState(TypedDict):
     waiters: int
 
 
+class HoldState(TypedDict, total=False):
+    """One hold in a state read: ``owner`` (its label, or ``None``),
+    ``expires_in_ms``, ``held_for_ms``, ``session`` (taken in one), and
+    ``hold_count`` + ``mode`` (rwlocks) or ``permits`` (semaphores). Never
+    a holder id."""
+
+    owner: Optional[str]
+    expires_in_ms: int
+    held_for_ms: int
+    session: bool
+    hold_count: int
+    mode: str
+    permits: int
+
+
 class RwLockState(TypedDict):
-    """``GET /rwlocks/{name}``; ``mode`` is ``"read"``, ``"write"`` or ``None``."""
+    """``GET /rwlocks/{name}``; ``mode`` is ``"read"``, ``"write"`` or ``None``;
+    ``queued`` counts the waiters of every instance."""
 
     name: str
     mode: Optional[str]
@@ -177,6 +194,8 @@ class RwLockState(TypedDict):
     ttl_ms: int
     fencing_token: int
     waiters: int
+    queued: int
+    holds: List[HoldState]
 
 
 class RedlockNodeState(TypedDict):
@@ -202,6 +221,9 @@ class SemaphoreState(TypedDict):
     permits: int
     available: int
     holders: int
+    waiters: int
+    queued: int
+    holds: List[HoldState]
 
 
 class LatchState(TypedDict, total=False):

@@ -22,7 +22,7 @@ from typing import (
 
 import httpx
 
-from ._config import auth_headers, client_timeout, http_limits, resolve_url
+from ._config import auth_headers, clean_owner, client_timeout, default_owner, http_limits, resolve_url
 from ._core import (
     NO_BODY,
     Answer,
@@ -458,7 +458,11 @@ class Client:
 
     ``url`` defaults to ``$LATCHKEY_URL``, then ``http://127.0.0.1:8080``;
     ``api_key`` (for a service with API keys configured) to
-    ``$LATCHKEY_API_KEY``, then none. ``timeout`` (seconds) bounds each request beyond the time the service
+    ``$LATCHKEY_API_KEY``, then none. ``owner`` labels every hold it takes
+    (shown in state reads and in refusals' ``held_by``; not a secret):
+    ``"<host> pid <pid> <program>"`` by default, ``""`` for none, and any
+    acquire may name its own; control characters become spaces and it is
+    cut to 200 bytes. ``timeout`` (seconds) bounds each request beyond the time the service
     is asked to wait. Use it as a context manager, or call ``close()``.
     """
 
@@ -468,9 +472,11 @@ class Client:
         *,
         api_key: Optional[str] = None,
         timeout: float = 10.0,
+        owner: Optional[str] = None,
     ) -> None:
         self.url = resolve_url(url)
         self._timeout = float(timeout)
+        self._owner = clean_owner(default_owner() if owner is None else owner)
         self._http = httpx.Client(
             base_url=self.url,
             timeout=client_timeout(self._timeout),
@@ -526,10 +532,11 @@ class Client:
         holder: Optional[str] = None,
         on_waiting: Optional[WaitingCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> Acquisition[Hold]:
         """A reentrant lock (``/locks/{name}``)."""
         return self._acquisition(
-            SingleOp("lock", "/locks", name), Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms
+            SingleOp("lock", "/locks", name), Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
         )
 
     def fair_lock(
@@ -541,12 +548,13 @@ class Client:
         holder: Optional[str] = None,
         on_waiting: Optional[WaitingCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> Acquisition[Hold]:
         """A fair lock (``/fair-locks/{name}``): granted in arrival order;
         ``on_waiting`` events carry ``position``."""
         return self._acquisition(
             SingleOp("fair-lock", "/fair-locks", name),
-            Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms,
+            Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner,
         )
 
     def read_lock(
@@ -558,10 +566,11 @@ class Client:
         holder: Optional[str] = None,
         on_waiting: Optional[WaitingCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> Acquisition[Hold]:
         """The read side of a read-write lock (``/rwlocks/{name}``)."""
         op = SingleOp("read-lock", "/rwlocks", name, "/read/acquire", release_params={"mode": "read"})
-        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms)
+        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
 
     def write_lock(
         self,
@@ -572,10 +581,11 @@ class Client:
         holder: Optional[str] = None,
         on_waiting: Optional[WaitingCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> Acquisition[Hold]:
         """The write side of a read-write lock (``/rwlocks/{name}``)."""
         op = SingleOp("write-lock", "/rwlocks", name, "/write/acquire", release_params={"mode": "write"})
-        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms)
+        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
 
     def semaphore_permits(
         self,
@@ -587,11 +597,12 @@ class Client:
         holder: Optional[str] = None,
         on_waiting: Optional[WaitingCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> Acquisition[Hold]:
         """``permits`` of a configured semaphore (``/semaphores/{name}``),
         all under one lease; the release gives all of them back."""
         op = SingleOp("semaphore", "/semaphores", name, extra={"permits": permits})
-        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms)
+        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
 
     def multi_lock(
         self,
@@ -602,10 +613,11 @@ class Client:
         holder: Optional[str] = None,
         on_waiting: Optional[WaitingCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> Acquisition[MultiHold]:
         """A set of locks (the same locks as ``lock(name)``), all or nothing."""
         return self._acquisition(
-            MultiOp(names), MultiHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms
+            MultiOp(names), MultiHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
         )
 
     def redlock(
@@ -617,11 +629,12 @@ class Client:
         holder: Optional[str] = None,
         on_waiting: Optional[WaitingCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
     ) -> Acquisition[Hold]:
         """A RedLock over the service's independent Redis nodes
         (``/redlocks/{name}``). Its lease counts from ``validity_ms``."""
         return self._acquisition(
-            SingleOp("redlock", "/redlocks", name), Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms
+            SingleOp("redlock", "/redlocks", name), Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
         )
 
     def _acquisition(
@@ -633,7 +646,9 @@ class Client:
         wait_ms: int,
         on_waiting: Optional[WaitingCallback],
         heartbeat_interval_ms: Optional[int],
+        owner: Optional[str] = None,
     ) -> Acquisition[H]:
+        op.owner = self._owner if owner is None else clean_owner(owner)
         return Acquisition(
             self,
             op,
