@@ -15,14 +15,16 @@
 //! - [`http`]: one module per resource (`locks`, `fair_locks`, `rwlocks`,
 //!   `semaphores`, `latches`, `ratelimiters`, `multilocks`, `redlocks`,
 //!   `sessions`, `health`), what the lock-like resources share
-//!   (`lock_family`), the route list and its layers, the OpenAPI document,
+//!   (`lock_family`), the listings of every kind (`listings`) and
+//!   `whoami`, the route list and its layers, the OpenAPI document,
 //!   extractors, and the long-poll/SSE adapter.
 //! - [`coord`]: the primitives as plain Rust APIs over the store (locks of
 //!   both kinds, read-write locks, semaphores, count-down latches, GCRA
 //!   rate limiters, multi-locks, RedLock over independent nodes, sessions
 //!   that holds of all of them attach to), the key layout the lock-like
 //!   ones share, and idempotency records.
-//! - [`store`]: the only code that talks to Redis — connections, Lua scripts, pub/sub hub.
+//! - [`store`]: the only code that talks to Redis — connections, Lua scripts, pub/sub hub,
+//!   `SCAN` pages over every master for listings.
 //! - [`wait`]: the one blocking-wait engine every primitive uses (a local
 //!   relay for interchangeable waiters, each waiter on its own ticket of
 //!   a queue kept in Redis, one waiter watching several objects, or every
@@ -31,7 +33,8 @@
 //! - [`metrics`], [`telemetry`]: Prometheus registry and JSON logs.
 //! - [`devredis`]: private redis-server processes for dev mode, tests and the benchmark.
 //! - [`cli`]: `latchkey` as a client: run a command under a lock, a read or
-//!   write lock or semaphore permits; wait on or count down a latch.
+//!   write lock or semaphore permits; wait on or count down a latch; list
+//!   objects (`ls`) or show one (`status`).
 //! - [`child`]: child processes (dev-mode servers, the CLI's command).
 
 pub mod app;

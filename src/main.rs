@@ -1,5 +1,6 @@
 //! The `latchkey` binary: parse config → init telemetry → run; or, with a
-//! client subcommand (`lock`, `rwlock`, `semaphore`, `latch`), a client.
+//! client subcommand (`lock`, `rwlock`, `semaphore`, `latch`, `ls`,
+//! `status`), a client.
 
 use std::process::ExitCode;
 

@@ -1,6 +1,7 @@
 //! `latchkey` as a client of a latchkey service, in the same binary as the
 //! server: run a command under a lock, a read or write lock or semaphore
-//! permits, wait on a latch or count one down (README "Client tools").
+//! permits, wait on a latch or count one down, list objects or show one
+//! (README "Client tools").
 //!
 //! ```text
 //! latchkey lock NAME [--fair] [--wait-ms N] [--lease-ms N] [--holder ID] -- cmd args…
@@ -64,7 +65,7 @@ pub const VARIABLES: [&str; 5] = [
 #[command(
     name = "latchkey",
     version,
-    about = "latchkey's client tools: run a command under a lock, or use a latch",
+    about = "latchkey's client tools: run a command under a lock, use a latch, or list and inspect objects",
     after_help = "Exit codes: the command's own (128+n if signal n ended it, or came \
                   while waiting for the hold); 64 refused or bad usage; 69 latchkey unreachable; \
                   75 not acquired (latch: not open) within the wait; \
@@ -535,8 +536,7 @@ async fn acquire(
                     eprintln!("latchkey: {what}: waiting; held by {owners}");
                     seen.1 = seen.0.clone();
                 }
-                let mut body =
-                    json!({"holder": holder, "owner": owner, "wait_ms": piece_ms});
+                let mut body = json!({"holder": holder, "owner": owner, "wait_ms": piece_ms});
                 if let Some(lease_ms) = lease_ms {
                     body["lease_ms"] = json!(lease_ms);
                 }

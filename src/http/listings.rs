@@ -308,28 +308,28 @@ listing!(
     list_locks, LockPage, LockStatus, locks,
     path: "/locks", op: "list_locks", tag: "locks", part: "lock",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "orders", "locked": true, "hold_count": 1, "expires_in_ms": 24500, "waiters": 0},
+    example: {"name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500, "fencing_token": 42, "waiters": 0},
 );
 
 listing!(
     list_fair_locks, FairLockPage, LockStatus, fair_locks,
     path: "/fair-locks", op: "list_fair_locks", tag: "fair-locks", part: "fair",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "orders", "locked": true, "hold_count": 1, "expires_in_ms": 24500, "waiters": 2},
+    example: {"name": "orders", "locked": true, "hold_count": 1, "ttl_ms": 24500, "fencing_token": 42, "waiters": 2},
 );
 
 listing!(
     list_rwlocks, RwLockPage, RwLockStatus, rwlocks,
     path: "/rwlocks", op: "list_rwlocks", tag: rwlocks::TAG, part: "rw",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "catalog", "mode": "read", "readers": 2},
+    example: {"name": "catalog", "mode": "read", "readers": 3, "writer_hold_count": 0, "ttl_ms": 24500, "fencing_token": 42, "waiters": 1},
 );
 
 listing!(
     list_semaphores, SemaphorePage, SemaphoreStatus, semaphores,
     path: "/semaphores", op: "list_semaphores", tag: "semaphores", part: "sem",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "db-conns", "permits": 10, "available": 7},
+    example: {"name": "exports", "permits": 3, "available": 1, "holders": 2, "waiters": 0},
 );
 
 listing!(
@@ -343,7 +343,7 @@ listing!(
     list_rate_limiters, RateLimiterPage, RateLimiterStatus, ratelimiters,
     path: "/rate-limiters", op: "list_rate_limiters", tag: ratelimiters::TAG, part: "rl",
     errors: ListErrors, source: |state| Source::Main,
-    example: {"name": "api-calls", "rate": 100, "interval_ms": 1000, "available": 40},
+    example: {"name": "api-calls", "rate": 10, "per_ms": 1000, "burst": 10, "available": 7},
 );
 
 listing!(
@@ -353,7 +353,7 @@ listing!(
     source: |state| Source::Nodes(
         state.redlocks.as_ref().ok_or_else(ApiError::redlock_not_configured)?.nodes()
     ),
-    example: {"name": "payments", "locked": true},
+    example: {"name": "nightly-report", "locked_on": 3, "total": 3, "nodes": [{"node": 0, "reachable": true, "locked": true, "ttl_ms": 24500}]},
 );
 
 /// A session as `GET /sessions` lists it: what `GET /sessions/{id}`

@@ -414,12 +414,10 @@ mod tests {
         .unwrap()
     }
 
-    fn all_pages(
-        shards: &Shards,
-        limit: usize,
-        servers: &Servers,
-    ) -> (Vec<String>, usize) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    fn all_pages(shards: &Shards, limit: usize, servers: &Servers) -> (Vec<String>, usize) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let (mut keys, mut pages, mut from) = (Vec::new(), 0, None);
         loop {
             let p = rt.block_on(run(shards, from, limit, servers));
@@ -456,7 +454,9 @@ mod tests {
             ("r2", vec![(1, vec!["c"]), (0, vec!["d"])]),
         ];
         let before = shards(7, &[(0, "n1"), (8192, "n2")]);
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         // In the middle of n2's scan.
         let at = Position {
             layout: 7,

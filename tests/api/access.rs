@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use reqwest::{Method, Response};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::helpers::*;
 
@@ -16,22 +15,14 @@ const A_ADMIN: &str = "key-of-team-a-admin-0123456789";
 const B_CLIENT: &str = "key-of-team-b-client-0123456789";
 const B_ADMIN: &str = "key-of-team-b-admin-0123456789";
 
-fn entry(namespace: &str, role: &str, key: &str) -> String {
-    let hash: String = Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{namespace}:{role}:{hash}")
-}
-
 /// The test configuration with the four keys of teams A and B.
 fn keyed_config(redis: &latchkey::devredis::RedisServer) -> Config {
     Config {
         api_keys: vec![
-            entry("team-a", "client", A_CLIENT),
-            entry("team-a", "admin", A_ADMIN),
-            entry("team-b", "client", B_CLIENT),
-            entry("team-b", "admin", B_ADMIN),
+            key_entry("team-a", "client", A_CLIENT),
+            key_entry("team-a", "admin", A_ADMIN),
+            key_entry("team-b", "client", B_CLIENT),
+            key_entry("team-b", "admin", B_ADMIN),
         ],
         ..test_config(redis)
     }
@@ -150,12 +141,12 @@ async fn a_request_without_a_known_key_gets_401_with_www_authenticate() {
 fn the_binary_refuses_a_key_configured_twice_naming_the_entries() {
     use std::io::Read;
     let redis = redis();
-    let red = entry("red", "client", A_CLIENT);
+    let red = key_entry("red", "client", A_CLIENT);
     let hash = red.rsplit(':').next().unwrap().to_string();
     let dir = std::env::temp_dir().join(format!("latchkey-keyfile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("keys");
-    let other = entry("team-b", "client", B_CLIENT);
+    let other = key_entry("team-b", "client", B_CLIENT);
     std::fs::write(&file, format!("{other}\nblue:admin:{hash}\n")).unwrap();
     let file = file.to_str().unwrap().to_string();
     let cases = [

@@ -272,7 +272,12 @@ async fn the_documented_acl_serves_every_primitive_and_the_redlock_nodes() {
     assert!(pinged, "the subscriber sends PING");
     // Listings SCAN the main Redis and the RedLock nodes.
     for kind in ["locks", "semaphores", "redlocks", "sessions"] {
-        let listed = app.client.get(app.url(&format!("/{kind}"))).send().await.unwrap();
+        let listed = app
+            .client
+            .get(app.url(&format!("/{kind}")))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(listed.status(), StatusCode::OK, "GET /{kind}");
     }
     assert!(

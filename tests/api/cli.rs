@@ -876,7 +876,10 @@ async fn ls_lists_every_page_as_a_table_or_json_and_status_shows_one_object() {
     assert_eq!(table.status.code(), Some(0));
     let text = stdout(&table);
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("NAME") && lines[0].contains("LOCKED"), "{text}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("LOCKED"),
+        "{text}"
+    );
     assert_eq!(lines.len(), 6, "a header and five locks: {text}");
     for i in 0..5 {
         assert!(text.contains(&format!("ls-lock-{i} ")), "{text}");
@@ -905,5 +908,82 @@ async fn ls_lists_every_page_as_a_table_or_json_and_status_shows_one_object() {
     assert_eq!(missing.status.code(), Some(64), "{}", stderr(&missing));
     let unknown = output(&app, &["ls", "mutexes"]).await;
     assert_eq!(unknown.status.code(), Some(64));
-    assert!(stderr(&unknown).contains("unknown kind"), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).contains("unknown kind"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[tokio::test]
+async fn the_owner_label_shows_in_ls_and_status_and_names_who_holds_it_when_refused() {
+    let redis = redis();
+    // Long-polls of at most 300 ms: a longer wait is several tries.
+    let app = spawn_app(Config {
+        max_wait_ms: 300,
+        ..test_config(&redis)
+    })
+    .await;
+    let mut holding = spawn(
+        &app,
+        &[
+            "lock",
+            "owned",
+            "--owner",
+            "cron\tnightly",
+            "--",
+            "sleep",
+            "30",
+        ],
+    );
+    until_locked(&app, "owned").await;
+    // Control characters are replaced.
+    assert_eq!(
+        app.state("owned").await["holds"][0]["owner"],
+        "cron?nightly"
+    );
+
+    let ls = output(&app, &["ls", "locks"]).await;
+    let text = stdout(&ls);
+    assert!(text.lines().next().unwrap().ends_with("OWNERS"), "{text}");
+    assert!(
+        text.contains("owned") && text.contains("cron?nightly"),
+        "{text}"
+    );
+    let status = output(&app, &["status", "lock", "owned"]).await;
+    let text = stdout(&status);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("OWNER") || l.contains(" OWNER")),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.contains("cron?nightly")), "{text}");
+
+    // Refused at once: exit 75, naming the owner.
+    let refused = output(&app, &["lock", "owned", "--wait-ms", "0", "--", "true"]).await;
+    assert_eq!(refused.status.code(), Some(75));
+    assert!(
+        stderr(&refused).contains("held by \"cron?nightly\""),
+        "{}",
+        stderr(&refused)
+    );
+    // While it keeps waiting it says so (once: the owner stays the same).
+    let waited = output(&app, &["lock", "owned", "--wait-ms", "1500", "--", "true"]).await;
+    assert_eq!(waited.status.code(), Some(75));
+    let said = stderr(&waited);
+    let waiting = "lock owned: waiting; held by \"cron?nightly\"";
+    assert_eq!(said.matches(waiting).count(), 1, "{said}");
+
+    holding.kill().await.unwrap();
+    // The default label: host, pid and the command.
+    let script = format!(
+        "{} status lock default-owner --json",
+        env!("CARGO_BIN_EXE_latchkey")
+    );
+    let shown = output(&app, &["lock", "default-owner", "--", "sh", "-c", &script]).await;
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    let object: Value = serde_json::from_str(&stdout(&shown)).expect("JSON");
+    let owner = object["holds"][0]["owner"].as_str().expect("an owner");
+    assert!(owner.contains(" pid "), "{owner}");
+    assert!(owner.ends_with(&format!(" sh -c {script}")), "{owner}");
 }

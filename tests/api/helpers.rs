@@ -23,6 +23,17 @@ pub fn redis() -> RedisServer {
     RedisServer::start().expect("redis-server starts (is it installed? see README)")
 }
 
+/// An `api_keys` entry binding `key` (its SHA-256) to `namespace` and
+/// `role`.
+pub fn key_entry(namespace: &str, role: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash: String = Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{namespace}:{role}:{hash}")
+}
+
 /// One running app instance.
 pub struct TestApp {
     pub base: String,

@@ -10,7 +10,6 @@ use latchkey::config::RedisMode;
 use latchkey::devredis::{RedisCluster, RedisServer};
 use reqwest::Method;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::helpers::*;
 
@@ -18,20 +17,12 @@ const A_CLIENT: &str = "listing-key-team-a-client-0123";
 const A_ADMIN: &str = "listing-key-team-a-admin-01234";
 const B_ADMIN: &str = "listing-key-team-b-admin-01234";
 
-fn entry(namespace: &str, role: &str, key: &str) -> String {
-    let hash: String = Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{namespace}:{role}:{hash}")
-}
-
 fn keyed(config: Config) -> Config {
     Config {
         api_keys: vec![
-            entry("team-a", "client", A_CLIENT),
-            entry("team-a", "admin", A_ADMIN),
-            entry("team-b", "admin", B_ADMIN),
+            key_entry("team-a", "client", A_CLIENT),
+            key_entry("team-a", "admin", A_ADMIN),
+            key_entry("team-b", "admin", B_ADMIN),
         ],
         ..config
     }
@@ -60,7 +51,10 @@ async fn call(
 
 async fn ok(app: &TestApp, key: Option<&str>, method: Method, path: &str, body: Value) -> Value {
     let (status, got) = call(app, key, method.clone(), path, Some(body)).await;
-    assert!((200..300).contains(&status), "{method} {path}: {status} {got}");
+    assert!(
+        (200..300).contains(&status),
+        "{method} {path}: {status} {got}"
+    );
     got
 }
 
@@ -98,11 +92,46 @@ fn names(items: &[Value]) -> BTreeSet<String> {
 async fn create_each(app: &TestApp, key: Option<&str>, name: &str, redlocks: bool) {
     let post = Method::POST;
     let put = Method::PUT;
-    ok(app, key, post.clone(), &format!("/locks/{name}/acquire"), json!({})).await;
-    ok(app, key, post.clone(), &format!("/fair-locks/{name}/acquire"), json!({})).await;
-    ok(app, key, post.clone(), &format!("/rwlocks/{name}/read/acquire"), json!({})).await;
-    ok(app, key, put.clone(), &format!("/semaphores/{name}"), json!({"permits": 3})).await;
-    ok(app, key, put.clone(), &format!("/latches/{name}"), json!({"count": 2})).await;
+    ok(
+        app,
+        key,
+        post.clone(),
+        &format!("/locks/{name}/acquire"),
+        json!({}),
+    )
+    .await;
+    ok(
+        app,
+        key,
+        post.clone(),
+        &format!("/fair-locks/{name}/acquire"),
+        json!({}),
+    )
+    .await;
+    ok(
+        app,
+        key,
+        post.clone(),
+        &format!("/rwlocks/{name}/read/acquire"),
+        json!({}),
+    )
+    .await;
+    ok(
+        app,
+        key,
+        put.clone(),
+        &format!("/semaphores/{name}"),
+        json!({"permits": 3}),
+    )
+    .await;
+    ok(
+        app,
+        key,
+        put.clone(),
+        &format!("/latches/{name}"),
+        json!({"count": 2}),
+    )
+    .await;
     ok(
         app,
         key,
@@ -112,7 +141,14 @@ async fn create_each(app: &TestApp, key: Option<&str>, name: &str, redlocks: boo
     )
     .await;
     if redlocks {
-        ok(app, key, post, &format!("/redlocks/{name}/acquire"), json!({})).await;
+        ok(
+            app,
+            key,
+            post,
+            &format!("/redlocks/{name}/acquire"),
+            json!({}),
+        )
+        .await;
     }
 }
 
@@ -159,7 +195,11 @@ async fn every_kind_is_listed_with_its_state_and_filtered_by_prefix() {
             BTreeSet::from(["ls-a1".into(), "ls-a2".into()]),
             "{kind} with a prefix"
         );
-        assert!(list_all(&app, None, &format!("/{kind}?prefix=zz")).await.is_empty());
+        assert!(
+            list_all(&app, None, &format!("/{kind}?prefix=zz"))
+                .await
+                .is_empty()
+        );
     }
     let lock = list_all(&app, None, "/locks?prefix=ls-a1").await;
     assert_eq!(lock[0]["locked"], true, "{lock:?}");
@@ -171,7 +211,8 @@ async fn every_kind_is_listed_with_its_state_and_filtered_by_prefix() {
     // A released lock's hash is gone: it is no object any more.
     let grant = app.must_acquire("ls-gone", json!({})).await;
     assert!(names(&list_all(&app, None, "/locks").await).contains("ls-gone"));
-    app.release("ls-gone", grant["holder"].as_str().unwrap()).await;
+    app.release("ls-gone", grant["holder"].as_str().unwrap())
+        .await;
     assert!(!names(&list_all(&app, None, "/locks").await).contains("ls-gone"));
 }
 
@@ -181,7 +222,14 @@ async fn sessions_are_listed_without_their_ids() {
     let app = spawn_app(test_config(&redis)).await;
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let created = ok(&app, None, Method::POST, "/sessions", json!({"ttl_ms": 60000})).await;
+        let created = ok(
+            &app,
+            None,
+            Method::POST,
+            "/sessions",
+            json!({"ttl_ms": 60000}),
+        )
+        .await;
         ids.push(created["session"].as_str().expect("an id").to_string());
     }
     ok(
@@ -217,7 +265,14 @@ async fn paging_one_at_a_time_lists_each_of_25_objects() {
     let want: BTreeSet<String> = (0..25).map(|i| format!("pg-{i:02}")).collect();
     for name in &want {
         app.must_acquire(name, json!({"lease_ms": 60000})).await;
-        ok(&app, None, Method::PUT, &format!("/latches/{name}"), json!({"count": 1})).await;
+        ok(
+            &app,
+            None,
+            Method::PUT,
+            &format!("/latches/{name}"),
+            json!({"count": 1}),
+        )
+        .await;
     }
     for kind in ["locks", "latches"] {
         let items = list_all(&app, None, &format!("/{kind}?limit=1")).await;
@@ -247,7 +302,14 @@ async fn a_namespace_lists_none_of_another_namespaces_objects() {
     let app = spawn_app(keyed(test_config(&redis))).await;
     create_each(&app, Some(A_ADMIN), "mine-a", false).await;
     create_each(&app, Some(B_ADMIN), "mine-b", false).await;
-    ok(&app, Some(B_ADMIN), Method::POST, "/sessions", json!({"ttl_ms": 60000})).await;
+    ok(
+        &app,
+        Some(B_ADMIN),
+        Method::POST,
+        "/sessions",
+        json!({"ttl_ms": 60000}),
+    )
+    .await;
     for kind in KINDS {
         let a = names(&list_all(&app, Some(A_CLIENT), &format!("/{kind}")).await);
         let b = names(&list_all(&app, Some(B_ADMIN), &format!("/{kind}")).await);
@@ -301,13 +363,22 @@ async fn whoami_says_the_keys_namespace_and_role() {
     let redis = redis();
     let open = spawn_app(test_config(&redis)).await;
     let (status, me) = call(&open, None, Method::GET, "/whoami", None).await;
-    assert_eq!((status, me), (200, json!({"namespace": null, "role": "admin"})));
+    assert_eq!(
+        (status, me),
+        (200, json!({"namespace": null, "role": "admin"}))
+    );
 
     let keyed = spawn_app(keyed(test_config(&redis))).await;
     let (status, me) = call(&keyed, Some(A_CLIENT), Method::GET, "/whoami", None).await;
-    assert_eq!((status, me), (200, json!({"namespace": "team-a", "role": "client"})));
+    assert_eq!(
+        (status, me),
+        (200, json!({"namespace": "team-a", "role": "client"}))
+    );
     let (status, me) = call(&keyed, Some(B_ADMIN), Method::GET, "/whoami", None).await;
-    assert_eq!((status, me), (200, json!({"namespace": "team-b", "role": "admin"})));
+    assert_eq!(
+        (status, me),
+        (200, json!({"namespace": "team-b", "role": "admin"}))
+    );
     let response = keyed.client.get(keyed.url("/whoami")).send().await.unwrap();
     assert_problem(response, 401, "unauthorized").await;
     let response = keyed
@@ -344,17 +415,14 @@ async fn a_cluster_listing_misses_nothing_present_throughout_while_objects_come_
                 let mut n = 0u64;
                 let mut held = std::collections::VecDeque::new();
                 while !stop.load(Ordering::Relaxed) {
-                    // Created, and deleted again a few steps later (or at
-                    // once).
                     let name = format!("churn-{t}-{n}");
                     let grant = app.must_acquire(&name, json!({"lease_ms": 60000})).await;
                     held.push_back((name, grant["holder"].as_str().unwrap().to_string()));
-                    while held.len() > 5 || (n % 2 == 1 && !held.is_empty()) {
+                    // Every other step, and whenever more than five are
+                    // held, the oldest is deleted again.
+                    if held.len() > 5 || n % 2 == 1 {
                         let (name, holder) = held.pop_front().unwrap();
                         app.release(&name, &holder).await;
-                        if n % 2 == 0 {
-                            break;
-                        }
                     }
                     n += 1;
                 }
@@ -375,4 +443,114 @@ async fn a_cluster_listing_misses_nothing_present_throughout_while_objects_come_
     // Every master was scanned: the stable names live on all three.
     let all = names(&list_all(&app, None, "/locks?prefix=keep-").await);
     assert_eq!(all, stable);
+}
+
+#[tokio::test]
+async fn listed_locks_and_sessions_show_their_owners_and_never_an_id() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let grant = app
+        .must_acquire("owned", json!({"owner": "web-7 pid 4242 POST /orders/42"}))
+        .await;
+    let session = ok(
+        &app,
+        None,
+        Method::POST,
+        "/sessions",
+        json!({"ttl_ms": 60000, "owner": "cron nightly-export"}),
+    )
+    .await;
+    let locks = list_all(&app, None, "/locks").await;
+    assert_eq!(
+        locks[0]["holds"][0]["owner"], "web-7 pid 4242 POST /orders/42",
+        "{locks:?}"
+    );
+    let sessions = list_all(&app, None, "/sessions").await;
+    assert_eq!(sessions[0]["owner"], "cron nightly-export", "{sessions:?}");
+    let text = format!("{locks:?}{sessions:?}");
+    assert!(!text.contains(grant["holder"].as_str().unwrap()), "{text}");
+    assert!(
+        !text.contains(session["session"].as_str().unwrap()),
+        "{text}"
+    );
+}
+
+/// The cursor's shard fails over between two pages: the next page scans
+/// that shard again from its start (what it listed may come again), and
+/// nothing present throughout is missed.
+#[tokio::test]
+async fn a_failover_mid_listing_restarts_that_masters_scan_and_misses_nothing() {
+    use crate::sharded::{ask, owner, replica_of};
+    let cluster = RedisCluster::start_with_replicas(3).expect("cluster starts");
+    let app = spawn_app(Config {
+        redis_mode: RedisMode::Cluster,
+        ..test_config_for(cluster.urls())
+    })
+    .await;
+    let stable: BTreeSet<String> = (0..40).map(|i| format!("fo-{i:02}")).collect();
+    for name in &stable {
+        app.must_acquire(name, json!({"lease_ms": 120000})).await;
+    }
+    // The first page comes from the master serving slot 0 (the first in
+    // the listing's order).
+    let (status, first) = call(&app, None, Method::GET, "/locks?limit=3", None).await;
+    assert_eq!(status, 200, "{first}");
+    let first_names = names(first["items"].as_array().unwrap());
+    assert_eq!(first_names.len(), 3, "{first}");
+    let cursor = first["cursor"].as_str().expect("more pages").to_string();
+    let one = first_names.iter().next().unwrap();
+    let master = owner(&cluster, 0, &format!("latchkey:{{{one}}}:lock")).await;
+    let replica = replica_of(&cluster, master).await;
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || async {
+            let info: String = ask(&cluster.nodes[replica], &["INFO", "replication"]).await;
+            info.contains("master_link_status:up")
+        })
+        .await,
+        "the replica follows its master"
+    );
+    let acked: i64 = ask(&cluster.nodes[master], &["WAIT", "1", "500"]).await;
+    assert_eq!(acked, 1, "the replica has every lock");
+
+    let _: String = ask(&cluster.nodes[replica], &["CLUSTER", "FAILOVER"]).await;
+    assert!(
+        eventually(std::time::Duration::from_secs(15), || async {
+            let role: Vec<redis::Value> = ask(&cluster.nodes[replica], &["ROLE"]).await;
+            matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master")
+        })
+        .await,
+        "the replica takes over"
+    );
+    // Follow the cursor (503s while the app learns the new topology are
+    // retried).
+    let mut items: Vec<Value> = Vec::new();
+    let mut cursor = Some(cursor);
+    let started = std::time::Instant::now();
+    while let Some(c) = cursor.clone() {
+        let (status, page) = call(
+            &app,
+            None,
+            Method::GET,
+            &format!("/locks?limit=3&cursor={c}"),
+            None,
+        )
+        .await;
+        if status == 503 && started.elapsed() < std::time::Duration::from_secs(15) {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            continue;
+        }
+        assert_eq!(status, 200, "{page}");
+        items.extend(page["items"].as_array().unwrap().iter().cloned());
+        cursor = page["cursor"].as_str().map(str::to_string);
+    }
+    let mut listed = names(&items);
+    listed.extend(first_names.iter().cloned());
+    assert_eq!(listed, stable, "nothing missed");
+    // That master was scanned again from its start: the first page's
+    // names come again.
+    let again = names(&items);
+    assert!(
+        first_names.is_subset(&again),
+        "{first_names:?} not listed again"
+    );
 }

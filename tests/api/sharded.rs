@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use crate::helpers::*;
 
 /// One command's answer on `node`.
-async fn ask<T: redis::FromRedisValue>(node: &RedisServer, args: &[&str]) -> T {
+pub(crate) async fn ask<T: redis::FromRedisValue>(node: &RedisServer, args: &[&str]) -> T {
     let (name, rest) = args.split_first().expect("a command");
     redis::cmd(name)
         .arg(rest)
@@ -27,7 +27,7 @@ async fn ask<T: redis::FromRedisValue>(node: &RedisServer, args: &[&str]) -> T {
 
 /// The index of the node that serves `key`'s slot as master, by the
 /// cluster's own view (asked of `via`, a live node).
-async fn owner(cluster: &RedisCluster, via: usize, key: &str) -> usize {
+pub(crate) async fn owner(cluster: &RedisCluster, via: usize, key: &str) -> usize {
     let slot: i64 = ask(&cluster.nodes[via], &["CLUSTER", "KEYSLOT", key]).await;
     let ranges: Vec<redis::Value> = ask(&cluster.nodes[via], &["CLUSTER", "SLOTS"]).await;
     for range in ranges {
@@ -258,7 +258,7 @@ async fn waiters_on_a_cluster_are_woken_through_their_shard_only() {
 }
 
 /// The node that replicates the master at `master` (by `CLUSTER NODES`).
-async fn replica_of(cluster: &RedisCluster, master: usize) -> usize {
+pub(crate) async fn replica_of(cluster: &RedisCluster, master: usize) -> usize {
     let nodes: String = ask(&cluster.nodes[master], &["CLUSTER", "NODES"]).await;
     let id = nodes
         .lines()
