@@ -14,7 +14,7 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { artifacts, keep, launch } from './pages.mjs';
@@ -88,17 +88,15 @@ async function until(what, check, ms = STEP_MS) {
   }
 }
 
-/// `latchkey lock NAME -- sleep 120` with the admin key of `ops`, and
-/// `--owner` when this build of the CLI has it.
+/// `latchkey lock NAME --owner LABEL -- sleep 120` with the admin key of
+/// `ops`.
 function startCli() {
-  const help = spawnSync(latchkeyBin, ['lock', '--help'], { encoding: 'utf8' }).stdout ?? '';
-  const ownerArgs = help.includes('--owner') ? ['--owner', cliOwner] : [];
   const child = spawn(
     latchkeyBin,
-    ['lock', names.lock, '--lease-ms', String(CLI_LEASE_MS), ...ownerArgs, '--', 'sleep', '120'],
+    ['lock', names.lock, '--lease-ms', String(CLI_LEASE_MS), '--owner', cliOwner, '--', 'sleep', '120'],
     { env: { ...process.env, LATCHKEY_URL: base, LATCHKEY_API_KEY: keys.admin }, stdio: ['ignore', 'ignore', 'pipe'] },
   );
-  const state = { child, stderr: '', ownerFlag: ownerArgs.length > 0 };
+  const state = { child, stderr: '' };
   child.stderr.on('data', (chunk) => (state.stderr += chunk));
   state.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
   return state;
@@ -265,14 +263,8 @@ flow('the lock held by `latchkey lock` shows its owner label and a lease that co
   const page = adminPage;
   const lock = row(page, 'locks', names.lock);
   await lock.waitFor();
-  const owner = lock.locator('.hold .owner');
-  if (cli.ownerFlag) {
-    assert.equal(await owner.innerText(), cliOwner);
-    assert.equal(await lock.locator('.hold .owner img, .hold .owner b').count(), 0, 'markup shown as text');
-  } else {
-    // A CLI without --owner: its default label names the command, if any.
-    assert.ok((await owner.count()) === 1, 'one hold shown');
-  }
+  assert.equal(await lock.locator('.hold .owner').innerText(), cliOwner);
+  assert.equal(await lock.locator('.hold .owner img, .hold .owner b').count(), 0, 'markup shown as text');
   assert.match(await lock.locator('.state').innerText(), /held ×1/);
   assert.match(await lock.locator('.hold .session').innerText(), /no session/);
   // Sampled several times: the lease goes down between heartbeats (each
