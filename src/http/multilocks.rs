@@ -260,8 +260,8 @@ impl Acquisition for MultiAcquisition {
         set_held(
             from_bits(&self.names, blocked.blocked_by.unwrap_or(0)),
             blocked.retry_after_ms,
+            blocked.held_by,
         )
-        .with_held_by(blocked.held_by)
     }
 
     fn waiting(&self, blocked: Blocked) -> Value {
@@ -304,9 +304,14 @@ impl Held for MultiAcquisition {
     }
 }
 
-/// 409 `lock-held` of a set: which of its locks are held by others.
-pub fn set_held(blocked_by: Vec<String>, retry_after_ms: u64) -> ApiError {
-    let mut problem = ApiError::lock_held(retry_after_ms);
+/// 409 `lock-held` of a set: which of its locks are held by others, and
+/// the owner labels of their holds.
+pub fn set_held(
+    blocked_by: Vec<String>,
+    retry_after_ms: u64,
+    held_by: Vec<Option<String>>,
+) -> ApiError {
+    let mut problem = ApiError::lock_held(retry_after_ms).with_held_by(held_by);
     problem.problem.detail =
         "some locks of the set are held by other holders (see blocked_by); nothing was taken"
             .into();

@@ -198,7 +198,7 @@ impl Acquisition for RedlockAcquisition {
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        held_on_quorum(blocked.retry_after_ms).with_held_by(blocked.held_by)
+        held_on_quorum(blocked.retry_after_ms, blocked.held_by)
     }
 
     fn grant_body<'a>(&'a self, grant: &'a RedGrant) -> impl Serialize + 'a {
@@ -241,9 +241,10 @@ impl Held for RedlockAcquisition {
     }
 }
 
-/// 409 `lock-held` of a RedLock: no quorum of the nodes is free.
-pub fn held_on_quorum(retry_after_ms: u64) -> ApiError {
-    let mut problem = ApiError::lock_held(retry_after_ms);
+/// 409 `lock-held` of a RedLock: no quorum of the nodes is free; the
+/// owner labels the refusing nodes report.
+pub fn held_on_quorum(retry_after_ms: u64, held_by: Vec<Option<String>>) -> ApiError {
+    let mut problem = ApiError::lock_held(retry_after_ms).with_held_by(held_by);
     problem.problem.detail =
         "the lock is held by another holder on enough nodes that no quorum is free".into();
     problem

@@ -152,9 +152,15 @@ pub mod examples {
         problem(ApiError::no_such_object())
     }
 
+    /// The owners a refusal names in the examples.
+    fn owners() -> Vec<Option<String>> {
+        vec![Some("web-7 pid 4242 POST /orders/42".into())]
+    }
+
     pub fn lock_held() -> Problem {
         problem(held(Blocked {
             retry_after_ms: 2500,
+            held_by: owners(),
             ..Blocked::default()
         }))
     }
@@ -163,16 +169,17 @@ pub mod examples {
         problem(held(Blocked {
             retry_after_ms: 2500,
             position: Some(2),
+            held_by: owners(),
             ..Blocked::default()
         }))
     }
 
     pub fn set_held() -> Problem {
-        problem(multilocks::set_held(vec!["orders".into()], 2500))
+        problem(multilocks::set_held(vec!["orders".into()], 2500, owners()))
     }
 
     pub fn held_on_quorum() -> Problem {
-        problem(redlocks::held_on_quorum(2500))
+        problem(redlocks::held_on_quorum(2500, owners()))
     }
 
     pub fn no_permits() -> Problem {
