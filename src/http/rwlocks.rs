@@ -418,11 +418,7 @@ impl HoldApi for RwLocks {
             fencing_token: s.fencing_token,
             waiters,
             queued: s.queued,
-            holds: s
-                .holds
-                .into_iter()
-                .map(|h| HoldView::new(h, Counted::HoldCount))
-                .collect(),
+            holds: HoldView::all(s.holds, Counted::HoldCount),
         })
     }
 

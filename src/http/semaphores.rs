@@ -76,11 +76,7 @@ impl SemaphoreStatus {
             holders: s.holders,
             waiters,
             queued: s.queued,
-            holds: s
-                .holds
-                .into_iter()
-                .map(|h| HoldView::new(h, Counted::Permits))
-                .collect(),
+            holds: HoldView::all(s.holds, Counted::Permits),
         }
     }
 }

@@ -13,6 +13,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::*;
+use crate::semaphores::put;
 
 async fn rw(app: &TestApp, name: &str, mode: &str, body: Value) -> Response {
     app.post(&format!("/rwlocks/{name}/{mode}/acquire"), body)
@@ -21,17 +22,6 @@ async fn rw(app: &TestApp, name: &str, mode: &str, body: Value) -> Response {
 
 async fn sem(app: &TestApp, name: &str, body: Value) -> Response {
     app.post(&format!("/semaphores/{name}/acquire"), body).await
-}
-
-async fn put_sem(app: &TestApp, name: &str, permits: u64) {
-    let response = app
-        .client
-        .put(app.url(&format!("/semaphores/{name}")))
-        .json(&json!({ "permits": permits }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
 }
 
 /// Takes a hold in `mode` and asserts the grant.
@@ -296,7 +286,7 @@ async fn queued_counts_the_waiters_of_every_instance() {
         "/rwlocks/x/read/acquire",
         json!({"holder": "r", "wait_ms": 5000}),
     );
-    put_sem(&one, "s", 1).await;
+    put(&one, "s", 1).await;
     take_sem(&one, "s", json!({"holder": "a"})).await;
     let _also = two.spawn_post(
         "/semaphores/s/acquire",
@@ -360,7 +350,7 @@ async fn a_released_or_expired_rwlock_hold_is_unlisted_and_leaves_nothing_behind
 async fn semaphore_state_lists_permit_holders_with_owners() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    put_sem(&app, "s", 5).await;
+    put(&app, "s", 5).await;
     let a = json!({"holder": "holder-a", "owner": "worker a", "permits": 2, "lease_ms": 20000});
     take_sem(&app, "s", a).await;
     take_sem(&app, "s", json!({"holder": "holder-b", "lease_ms": 20000})).await;
@@ -424,7 +414,7 @@ async fn semaphore_state_lists_permit_holders_with_owners() {
 async fn held_by_names_at_most_ten_holders() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    put_sem(&app, "s", 12).await;
+    put(&app, "s", 12).await;
     for i in 0..12 {
         take_sem(&app, "s", json!({"owner": format!("owner {i}")})).await;
     }
@@ -442,7 +432,7 @@ async fn a_released_or_expired_semaphore_hold_leaves_nothing_behind() {
         ..test_config(&redis)
     };
     let app = spawn_app(config).await;
-    put_sem(&app, "s", 5).await;
+    put(&app, "s", 5).await;
     let key = "latchkey:{s}:sem:holds";
     one_released_one_expired(&app, &redis, "/semaphores/s/acquire", "/semaphores/s", key).await;
     // A re-grant that names no owner keeps the label; one that does
@@ -469,7 +459,7 @@ async fn a_released_or_expired_semaphore_hold_leaves_nothing_behind() {
 async fn bad_owners_are_400_on_every_acquire_here() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    put_sem(&app, "s", 1).await;
+    put(&app, "s", 1).await;
     let configured = app
         .client
         .put(app.url("/rate-limiters/r"))
@@ -525,7 +515,7 @@ async fn a_hold_in_a_session_without_a_label_takes_the_sessions() {
         json!({"session": session, "holder": "own", "owner": "own label"}),
     )
     .await;
-    put_sem(&app, "s", 2).await;
+    put(&app, "s", 2).await;
     take_sem(&app, "s", json!({ "session": session })).await;
     let (_, s) = state(&app, "/rwlocks/x").await;
     let holds = by_owner(&s);

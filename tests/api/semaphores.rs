@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::*;
 
-async fn put(app: &TestApp, name: &str, permits: u64) -> Value {
+/// Configures `permits` on semaphore `name`, asserting 200; returns the state.
+pub async fn put(app: &TestApp, name: &str, permits: u64) -> Value {
     let response = app
         .client
         .put(app.url(&format!("/semaphores/{name}")))
