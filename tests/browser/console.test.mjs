@@ -14,10 +14,10 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { artifacts, keep, launch } from './pages.mjs';
 
 const base = process.env.BROWSER_KEYED_URL;
 const keys = {
@@ -26,8 +26,6 @@ const keys = {
   other: process.env.CONSOLE_OTHER_KEY,
 };
 const latchkeyBin = process.env.LATCHKEY_BIN ?? 'target/debug/latchkey';
-const artifacts = process.env.BROWSER_TEST_ARTIFACTS ?? 'target/browser-test';
-const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const run = Date.now().toString(36);
 const STEP_MS = 15_000;
 /// Leases of the objects made through the API: longer than the test.
@@ -90,17 +88,15 @@ async function until(what, check, ms = STEP_MS) {
   }
 }
 
-/// `latchkey lock NAME -- sleep 120` with the admin key of `ops`, and
-/// `--owner` when this build of the CLI has it.
+/// `latchkey lock NAME --owner LABEL -- sleep 120` with the admin key of
+/// `ops`.
 function startCli() {
-  const help = spawnSync(latchkeyBin, ['lock', '--help'], { encoding: 'utf8' }).stdout ?? '';
-  const ownerArgs = help.includes('--owner') ? ['--owner', cliOwner] : [];
   const child = spawn(
     latchkeyBin,
-    ['lock', names.lock, '--lease-ms', String(CLI_LEASE_MS), ...ownerArgs, '--', 'sleep', '120'],
+    ['lock', names.lock, '--lease-ms', String(CLI_LEASE_MS), '--owner', cliOwner, '--', 'sleep', '120'],
     { env: { ...process.env, LATCHKEY_URL: base, LATCHKEY_API_KEY: keys.admin }, stdio: ['ignore', 'ignore', 'pipe'] },
   );
-  const state = { child, stderr: '', ownerFlag: ownerArgs.length > 0 };
+  const state = { child, stderr: '' };
   child.stderr.on('data', (chunk) => (state.stderr += chunk));
   state.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
   return state;
@@ -154,14 +150,6 @@ function row(page, kind, name) {
   return page.locator(`section[data-kind="${kind}"] tr.object[data-name="${name}"]`);
 }
 
-async function keep(page, name) {
-  mkdirSync(artifacts, { recursive: true });
-  const file = join(artifacts, name.replace(/[^A-Za-z0-9_-]+/g, '_'));
-  await page.screenshot({ path: `${file}.png`, fullPage: true }).catch(() => {});
-  writeFileSync(`${file}.html`, await page.content().catch(() => ''));
-  console.error(`kept ${file}.png and ${file}.html`);
-}
-
 function flow(name, body) {
   test(name, async () => {
     try {
@@ -185,12 +173,7 @@ function seconds(text) {
 
 before(async () => {
   assert.ok(base && keys.admin && keys.client && keys.other, 'BROWSER_KEYED_URL and the CONSOLE_*_KEY keys are set');
-  browser = await chromium.launch({
-    executablePath: browserPath,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launch();
   const admin = keys.admin;
   cli = startCli();
   // One object of every other kind, with owner labels; a session holding
@@ -280,14 +263,8 @@ flow('the lock held by `latchkey lock` shows its owner label and a lease that co
   const page = adminPage;
   const lock = row(page, 'locks', names.lock);
   await lock.waitFor();
-  const owner = lock.locator('.hold .owner');
-  if (cli.ownerFlag) {
-    assert.equal(await owner.innerText(), cliOwner);
-    assert.equal(await lock.locator('.hold .owner img, .hold .owner b').count(), 0, 'markup shown as text');
-  } else {
-    // A CLI without --owner: its default label names the command, if any.
-    assert.ok((await owner.count()) === 1, 'one hold shown');
-  }
+  assert.equal(await lock.locator('.hold .owner').innerText(), cliOwner);
+  assert.equal(await lock.locator('.hold .owner img, .hold .owner b').count(), 0, 'markup shown as text');
   assert.match(await lock.locator('.state').innerText(), /held ×1/);
   assert.match(await lock.locator('.hold .session').innerText(), /no session/);
   // Sampled several times: the lease goes down between heartbeats (each

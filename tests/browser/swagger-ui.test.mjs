@@ -11,9 +11,7 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { keep as keepPage, launch } from './pages.mjs';
 
 // The server the page is on: LATCHKEY_URL (open, no API key configured),
 // and last a second server with API keys (BROWSER_KEYED_URL, whose admin
@@ -21,8 +19,6 @@ import { chromium } from 'playwright-core';
 let base = process.env.LATCHKEY_URL ?? 'http://127.0.0.1:8080';
 const keyedBase = process.env.BROWSER_KEYED_URL;
 const keyedAdminKey = process.env.BROWSER_KEYED_ADMIN_KEY;
-const artifacts = process.env.BROWSER_TEST_ARTIFACTS ?? 'target/browser-test';
-const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 // Object names unique to this run, so reruns against one server never meet.
 const run = Date.now().toString(36);
 // How long one step (a click, a response) may take.
@@ -34,19 +30,7 @@ const foreign = [];
 const consoleErrors = [];
 
 before(async () => {
-  browser = await chromium.launch({
-    executablePath: browserPath,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launch();
   page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   page.setDefaultTimeout(STEP_MS);
   const origin = new URL(base).origin;
@@ -68,22 +52,13 @@ after(async () => {
   await browser?.close();
 });
 
-/// Keeps the page as it is now (screenshot and HTML) under `artifacts`.
-async function keep(name) {
-  mkdirSync(artifacts, { recursive: true });
-  const file = join(artifacts, name.replace(/[^A-Za-z0-9_-]+/g, '_'));
-  await page.screenshot({ path: `${file}.png`, fullPage: true }).catch(() => {});
-  writeFileSync(`${file}.html`, await page.content().catch(() => ''));
-  console.error(`kept ${file}.png and ${file}.html`);
-}
-
 /// A test that keeps the page when it fails.
 function flow(name, body) {
   test(name, async () => {
     try {
       await body();
     } catch (error) {
-      await keep(name);
+      await keepPage(page, name);
       throw error;
     }
   });
