@@ -223,7 +223,7 @@ async fn unsupported_methods_get_405_problems_never_5xx() {
 async fn unknown_routes_get_404_problems() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    for path in ["/", "/nope", "/locks", "/locks/a/b/c/d/e"] {
+    for path in ["/", "/nope", "/lock", "/locks/a/b/c/d/e"] {
         let response = app.client.get(app.url(path)).send().await.unwrap();
         assert_problem(response, 404, "not-found").await;
     }
