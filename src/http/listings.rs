@@ -10,6 +10,7 @@
 //! An object that went away between the scan and its read is left out.
 
 use std::future::Future;
+use std::sync::Mutex;
 
 use axum::Json;
 use axum::extract::State;
@@ -194,13 +195,31 @@ async fn names(
             .await?
         }
         Source::Nodes(nodes) => {
+            // RedLock tolerates a minority of its nodes down: a lock held
+            // on a quorum is on a reachable node too, so a node that
+            // cannot be scanned is passed over (as if its scan had ended).
+            // More than a minority failing in one page fails the page.
+            let failed: Mutex<Vec<StoreError>> = Mutex::new(Vec::new());
+            let failed_ref = &failed;
             let shards = Shards::nodes(nodes.len());
-            scan::page(&shards, q.from.clone(), q.limit, |shard, at| async move {
-                nodes[shard.id as usize]
+            let page = scan::page(&shards, q.from.clone(), q.limit, |shard, at| async move {
+                match nodes[shard.id as usize]
                     .scan_step(&shard, at, pattern)
                     .await
+                {
+                    Ok(step) => Ok(step),
+                    Err(e) => {
+                        failed_ref.lock().expect("not poisoned").push(e);
+                        Ok((0, Vec::new()))
+                    }
+                }
             })
-            .await?
+            .await?;
+            let mut failed = failed.into_inner().expect("not poisoned");
+            if failed.len() > nodes.len() / 2 {
+                return Err(failed.swap_remove(0));
+            }
+            page
         }
     };
     let mut names: Vec<String> = page

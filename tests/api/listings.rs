@@ -554,3 +554,42 @@ async fn a_failover_mid_listing_restarts_that_masters_scan_and_misses_nothing() 
         "{first_names:?} not listed again"
     );
 }
+
+/// RedLock tolerates a minority of its nodes down: a lock held on a
+/// quorum is on a reachable node, so `GET /redlocks` still lists it (as
+/// `GET /redlocks/{name}` still reads it), instead of failing the whole
+/// listing with 503.
+#[tokio::test]
+async fn a_redlock_listing_with_one_node_of_three_down_still_lists_what_is_held() {
+    let main = redis();
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| redis()).collect();
+    let app = spawn_app(Config {
+        redlock_nodes: nodes.iter().map(RedisServer::url).collect(),
+        ..test_config(&main)
+    })
+    .await;
+    ok(
+        &app,
+        None,
+        Method::POST,
+        "/redlocks/rl-down/acquire",
+        json!({"lease_ms": 60_000}),
+    )
+    .await;
+    nodes[1].stop();
+    let (status, read) = call(&app, None, Method::GET, "/redlocks/rl-down", None).await;
+    assert_eq!(status, 200, "{read}");
+    for limit in [1, 100] {
+        let all = list_all(&app, None, &format!("/redlocks?limit={limit}")).await;
+        assert_eq!(
+            names(&all),
+            BTreeSet::from(["rl-down".into()]),
+            "limit {limit}: {all:?}"
+        );
+    }
+    // Every node down: no listing can be made.
+    nodes[0].stop();
+    nodes[2].stop();
+    let (status, page) = call(&app, None, Method::GET, "/redlocks", None).await;
+    assert_eq!(status, 503, "{page}");
+}
