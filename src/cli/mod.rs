@@ -656,7 +656,13 @@ fn owner_label(given: Option<&str>, command: &[OsString]) -> String {
         }
     };
     let mut label = String::with_capacity(text.len().min(OWNER_MAX));
-    for c in text.chars().map(|c| if c.is_control() { '?' } else { c }) {
+    for c in (text.chars()).map(|c| {
+        if crate::http::extract::unprintable(c) {
+            '?'
+        } else {
+            c
+        }
+    }) {
         if label.len() + c.len_utf8() > OWNER_MAX {
             break;
         }

@@ -144,6 +144,23 @@ pub fn check_session_in_path(id: &str) -> Result<(), ApiError> {
     check_id(id, "session ids").map_err(ApiError::invalid_name)
 }
 
+/// Whether `c` may not appear in an owner label: a control character
+/// (Unicode category Cc), or an invisible one that would hide or reorder
+/// the text around it where the label is shown (zero-width characters,
+/// bidirectional embeddings, overrides and isolates, word joiners, the
+/// byte order mark).
+pub fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{206F}'
+                | '\u{FEFF}'
+        )
+}
+
 /// The longest owner label accepted, in bytes.
 pub const MAX_OWNER: usize = 200;
 
@@ -162,12 +179,15 @@ impl utoipa::PartialSchema for Owner {
             .schema_type(Type::String)
             .min_length(Some(1))
             .max_length(Some(MAX_OWNER))
-            // No control characters (Unicode category Cc).
-            .pattern(Some(r"^[^\u0000-\u001F\u007F-\u009F]+$"))
+            // No control characters (Unicode category Cc), nor the
+            // invisible ones that reorder or hide text: see [`unprintable`].
+            .pattern(Some(
+                r"^[^\u0000-\u001F\u007F-\u009F\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u206F\uFEFF]+$",
+            ))
             .description(Some(
                 "Who holds, in words (not a secret: every client of the namespace can read \
                  it): 1-200 bytes of UTF-8 (so fewer than 200 characters where some take \
-                 several bytes) without control characters.",
+                 several bytes), printable: no control characters and no invisible formatting characters (zero-width, bidirectional overrides).",
             ))
             .examples(["web-7 pid 4242 POST /orders/42"])
             .into()
@@ -185,8 +205,12 @@ impl Owner {
                 label.len()
             ));
         }
-        if label.chars().any(char::is_control) {
-            return Err("owner must not contain control characters (newlines, tabs, ...)".into());
+        if label.chars().any(unprintable) {
+            return Err(
+                "owner must be printable: no control characters (newlines, tabs, ...) and no \
+                 invisible formatting characters (zero-width, bidirectional overrides)"
+                    .into(),
+            );
         }
         Ok(Owner(label))
     }

@@ -396,7 +396,14 @@ async fn owners_longer_than_200_bytes_or_with_control_characters_are_refused() {
         ("/sessions", json!({})),
     ];
     for (path, body) in routes {
-        for bad in [long.as_str(), "web-7\nPOST", "tab\there", ""] {
+        // Invisible characters that would reorder or hide the text around
+        // them where the label is shown: a right-to-left override, a
+        // zero-width space.
+        let hidden = ["web-7 \u{202E}ssap", "web\u{200B}-7"];
+        for bad in [long.as_str(), "web-7\nPOST", "tab\there", ""]
+            .into_iter()
+            .chain(hidden)
+        {
             let mut body = body.clone();
             body["owner"] = json!(bad);
             let problem = assert_problem(app.post(path, body).await, 400, "invalid-body").await;
