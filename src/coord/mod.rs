@@ -17,6 +17,7 @@ pub mod rwlocks;
 pub mod semaphores;
 pub mod sessions;
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
@@ -195,13 +196,20 @@ pub struct SessionTerm<'a> {
     pub owner: Option<&'a str>,
 }
 
+/// Marks an owner argument as a session's label lent to a hold whose
+/// acquire sent none (see [`SessionTerm::owner_of`]).
+pub const LENT_OWNER: char = '\u{1}';
+
 impl<'a> SessionTerm<'a> {
-    /// The owner label a hold taken with `owner` ('' for none) records:
-    /// its own, or else its session's.
-    pub fn owner_of(owner: &'a str, term: Option<SessionTerm<'a>>) -> &'a str {
+    /// The owner argument of an acquire sent with `owner` ('' for none):
+    /// its own label, or else its session's lent (marked by a leading
+    /// [`LENT_OWNER`]: a label never holds a control character), which
+    /// labels a new hold only: a re-entry that sends none keeps the label
+    /// the hold has (the scripts' holds.lua).
+    pub fn owner_of(owner: &'a str, term: Option<SessionTerm<'a>>) -> Cow<'a, str> {
         match (owner, term.and_then(|t| t.owner)) {
-            ("", Some(session)) => session,
-            (own, _) => own,
+            ("", Some(session)) => Cow::Owned(format!("{LENT_OWNER}{session}")),
+            (own, _) => Cow::Borrowed(own),
         }
     }
 }

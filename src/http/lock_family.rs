@@ -358,12 +358,12 @@ impl LockAcquisition {
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<LockGrant>, StoreError> {
         let left = Checked::wait_left_ms(self.deadline);
+        let owner = SessionTerm::owner_of(&self.owner, session);
         self.ticket
             .tried(left, |wait| {
                 let (name, holder) = (&self.name.key, &self.holder);
-                let owner = SessionTerm::owner_of(&self.owner, session);
                 self.locks
-                    .try_acquire_in(name, holder, lease_ms, wait, attempt, session, owner)
+                    .try_acquire_in(name, holder, lease_ms, wait, attempt, session, &owner)
             })
             .await
     }

@@ -299,7 +299,7 @@ impl Held for MultiAcquisition {
         let owner = SessionTerm::owner_of(&self.owner, Some(session));
         let (keys, holder) = (&self.keys, &self.holder);
         self.multilocks
-            .try_acquire_in(keys, holder, lease_ms, attempt, Some(session), owner)
+            .try_acquire_in(keys, holder, lease_ms, attempt, Some(session), &owner)
             .await
     }
 }

@@ -235,7 +235,7 @@ impl Held for RedlockAcquisition {
                 lease_ms,
                 attempt,
                 Some(session),
-                SessionTerm::owner_of(&self.owner, Some(session)),
+                &SessionTerm::owner_of(&self.owner, Some(session)),
             )
             .await
     }

@@ -166,13 +166,13 @@ impl RwAcquisition {
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<RwGrant>, StoreError> {
         let left = Checked::wait_left_ms(self.deadline);
+        let owner = SessionTerm::owner_of(&self.owner, session);
         self.ticket
             .tried(left, |wait| {
                 let (name, holder) = (&self.name.key, self.holder.as_str());
-                let owner = Some(SessionTerm::owner_of(&self.owner, session));
                 self.rwlocks.try_acquire_in(
                     name,
-                    (holder, owner),
+                    (holder, Some(&owner)),
                     self.mode,
                     (lease_ms, wait),
                     attempt,

@@ -215,13 +215,13 @@ impl SemAcquisition {
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<SemGrant>, StoreError> {
         let left = Checked::wait_left_ms(self.deadline);
+        let owner = SessionTerm::owner_of(&self.owner, session);
         self.ticket
             .tried(left, |wait| {
                 let (name, holder) = (&self.name.key, self.holder.as_str());
-                let owner = Some(SessionTerm::owner_of(&self.owner, session));
                 self.semaphores.try_acquire_in(
                     name,
-                    (holder, owner),
+                    (holder, Some(&owner)),
                     self.permits,
                     (lease_ms, wait),
                     attempt,

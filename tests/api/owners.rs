@@ -416,3 +416,32 @@ async fn owners_longer_than_200_bytes_or_with_control_characters_are_refused() {
         assert_eq!(app.post(path, body).await.status(), 201, "{path}");
     }
 }
+
+#[tokio::test]
+async fn a_reentry_in_a_session_that_sends_no_owner_keeps_the_holds_own_label() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let created = app
+        .post("/sessions", json!({"ttl_ms": 10_000, "owner": "worker 3"}))
+        .await;
+    assert_eq!(created.status(), 201);
+    let session = created.json::<Value>().await.unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.must_acquire(
+        "y",
+        json!({"holder": "secret-holder-1", "session": session, "owner": "step 2"}),
+    )
+    .await;
+    // A re-entry that sends none keeps the label (README: "Who holds it").
+    let again = app
+        .must_acquire(
+            "y",
+            json!({"holder": "secret-holder-1", "session": session}),
+        )
+        .await;
+    assert_eq!(again["hold_count"], 2);
+    let state = app.state("y").await;
+    assert_eq!(only_hold(&state)["owner"], "step 2", "{state}");
+}

@@ -525,3 +525,30 @@ async fn a_hold_in_a_session_without_a_label_takes_the_sessions() {
     let (_, s) = state(&app, "/semaphores/s").await;
     assert_eq!(by_owner(&s)["batch 12"]["permits"], 1, "{s}");
 }
+
+#[tokio::test]
+async fn a_reentry_in_a_session_that_sends_no_owner_keeps_the_holds_own_label() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let created = app
+        .post("/sessions", json!({"ttl_ms": 10_000, "owner": "worker 3"}))
+        .await;
+    assert_eq!(created.status(), 201);
+    let session = created.json::<Value>().await.unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    put(&app, "s", 5).await;
+    let own = json!({"holder": "h", "session": session, "owner": "step 2"});
+    let none = json!({"holder": "h", "session": session});
+    take_rw(&app, "x", "read", own.clone()).await;
+    take_rw(&app, "x", "read", none.clone()).await;
+    take_sem(&app, "s", own).await;
+    take_sem(&app, "s", none).await;
+    for path in ["/rwlocks/x", "/semaphores/s"] {
+        let (_, s) = state(&app, path).await;
+        let holds = s["holds"].as_array().unwrap();
+        assert_eq!(holds.len(), 1, "{s}");
+        assert_eq!(holds[0]["owner"], "step 2", "{path}: {s}");
+    }
+}

@@ -21,12 +21,28 @@ local function holds_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An owner argument that starts with LENT (\1: a label never holds a
+-- control character) is the label of the session the hold is taken in,
+-- lent because the acquire sent none: it labels a new hold only, and a
+-- re-entry keeps the label the hold has. Returns that label, or nil.
+local LENT = '\1'
+local function lent_owner(owner)
+  if owner and string.sub(owner, 1, 1) == LENT then
+    return string.sub(owner, 2)
+  end
+  return nil
+end
+
 -- Records the owner label `owner` ('' keeps the label there is) and, for
 -- a hold granted now (`new`), the grant time, in `hash` under the fields
 -- `o<suffix>` and `t<suffix>` (suffix '' or '|<holder>').
 local function record_owner(hash, suffix, owner, new)
   if new then
     redis.call('HSET', hash, 't' .. suffix, holds_now())
+  end
+  local lent = lent_owner(owner)
+  if lent then
+    owner = new and lent or ''
   end
   if owner ~= nil and owner ~= '' then
     redis.call('HSET', hash, 'o' .. suffix, owner)

@@ -114,10 +114,10 @@ local function take()
   end
   redis.call('HSET', KEYS[1], unpack(fields))
   local owner = ARGV[10] or ''
-  if owner == '' and count == 1 then
+  if (owner == '' or lent_owner(owner)) and count == 1 then
     local other = (mode == 'w') and 'or|' .. holder or 'ow'
     if mode == 'w' or writer == holder then
-      owner = redis.call('HGET', KEYS[1], other) or ''
+      owner = redis.call('HGET', KEYS[1], other) or owner
     end
   end
   record_owner(KEYS[1], owner_suffix(mode, holder), owner, count == 1)
