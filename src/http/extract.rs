@@ -38,6 +38,15 @@ where
         if !content_type.as_deref().is_some_and(is_json) {
             return Err(ApiError::unsupported_media_type());
         }
+        // Every body is an object: serde would also read a struct from an
+        // array of its fields in order (`[null, null]`), which no client
+        // means and the OpenAPI document does not allow.
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(ApiError::invalid_body(
+                "request body is not valid: expected a JSON object",
+            ));
+        }
         serde_json::from_slice(&bytes)
             .map(ApiJson)
             .map_err(|e| ApiError::invalid_body(format!("request body is not valid: {e}")))

@@ -153,6 +153,37 @@ async fn malformed_json_and_wrong_types_are_invalid_body() {
     }
 }
 
+/// A body is a JSON object: an array is refused whatever its length (serde
+/// would read a struct from an array of its fields, in order).
+#[tokio::test]
+async fn an_array_body_is_invalid_whatever_its_length() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for path in [
+        "/sessions",
+        "/locks/j/acquire",
+        "/rwlocks/j/read/acquire",
+        "/semaphores/j/acquire",
+        "/multilocks/acquire",
+        "/latches/j/count-down",
+    ] {
+        for n in 1..=8 {
+            let raw = format!("[{}]", vec!["null"; n].join(","));
+            let response = app
+                .client
+                .post(app.url(path))
+                .header("content-type", "application/json")
+                .body(raw.clone())
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            assert_eq!(status, 400, "{path} with {raw}: {status}");
+            assert_problem(response, 400, "invalid-body").await;
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_form_encoded_body_gets_415_telling_how_to_send_json() {
     let redis = redis();
