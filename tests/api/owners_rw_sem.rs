@@ -410,6 +410,22 @@ async fn semaphore_state_lists_permit_holders_with_owners() {
     assert!(held_by(&data).contains(&"worker a".to_string()), "{data}");
 }
 
+/// A holder that asks for more permits than are left is not blocked by its
+/// own: `held_by` names only the others.
+#[tokio::test]
+async fn a_semaphore_refusal_does_not_name_the_requesters_own_hold() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "s", 3).await;
+    let a = json!({"holder": "holder-a", "owner": "worker a", "permits": 2, "lease_ms": 20000});
+    take_sem(&app, "s", a).await;
+    let b = json!({"holder": "holder-b", "owner": "worker b", "lease_ms": 20000});
+    take_sem(&app, "s", b).await;
+    let more = json!({"holder": "holder-a", "owner": "worker a", "permits": 1});
+    let problem = assert_problem(sem(&app, "s", more).await, 409, "no-permits").await;
+    assert_eq!(held_by(&problem), vec!["worker b".to_string()], "{problem}");
+}
+
 #[tokio::test]
 async fn held_by_names_at_most_ten_holders() {
     let redis = redis();

@@ -218,11 +218,14 @@ local function hold_entries(limit)
 end
 
 -- The owners of the holds of permits (at most 10; '' for a hold without
--- one): what blocks a request that does not fit.
-local function blocking_owners()
+-- one) but the requesting holder's own: what blocks a request that does
+-- not fit.
+local function blocking_owners(holder)
   local owners = {}
-  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'LIMIT', 0, 10)) do
-    owners[#owners + 1] = redis.call('HGET', KEYS[7], 'oh|' .. h) or ''
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'LIMIT', 0, 11)) do
+    if h ~= holder and #owners < 10 then
+      owners[#owners + 1] = redis.call('HGET', KEYS[7], 'oh|' .. h) or ''
+    end
   end
   return owners
 end

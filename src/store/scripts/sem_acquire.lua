@@ -65,7 +65,7 @@ if not go then
   local free = available()
   local reply = waiting(member, first_lease_ends(), free > 0)
   reply[#reply + 1] = free
-  reply[#reply + 1] = blocking_owners()
+  reply[#reply + 1] = blocking_owners(holder)
   return reply
 end
 if overtakes then
