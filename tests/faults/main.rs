@@ -367,7 +367,7 @@ async fn judge(
         held_by_could_hold(&record.may_hold, &record.refusals),
         &mut all,
     );
-    eprintln!("refusals naming their holders: {}", record.refusals.len());
+    eprintln!("refusals judged for held_by: {}", record.refusals.len());
     report(
         "latches",
         latch_rounds(&record.latches, WAKE_SLACK_MS),
@@ -458,6 +458,14 @@ async fn fault_injection_every_primitive() {
             && record.beat_rounds[1] > 0
             && record.beat_rounds[2] > 0
     );
+    let named = (record.refusals.iter())
+        .filter(|r| {
+            r.held_by
+                .as_ref()
+                .is_some_and(|h| h.iter().any(Option::is_some))
+        })
+        .count();
+    assert!(named > 10, "too few refusals naming an owner: {named}");
     assert!(
         all.is_empty(),
         "{} violation(s) (seed {seed}):\n{}",
