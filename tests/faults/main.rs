@@ -138,6 +138,10 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
         Rng::new(rng.next()),
         "f-latch".to_string(),
     )));
+    tasks.push(tokio::spawn(workers::list_loop(
+        ctx.clone(),
+        Rng::new(rng.next()),
+    )));
     for _ in 0..3 {
         tasks.push(tokio::spawn(workers::rate_loop(
             ctx.clone(),

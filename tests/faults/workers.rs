@@ -628,6 +628,48 @@ pub async fn hold_loop(
     }
 }
 
+/// An operator's view through the faults: lists a kind of object (or the
+/// sessions) page by page, following the cursor, through any instance.
+/// Every answer is recorded as a [`Call`], so the `statuses` and
+/// `deadlines` checkers judge listings too; a page that is not 200 or 503,
+/// or whose cursor is refused, counts as a client failure.
+pub async fn list_loop(ctx: Arc<Ctx>, mut rng: Rng) {
+    const KINDS: [&str; 6] = [
+        "locks",
+        "fair-locks",
+        "rwlocks",
+        "semaphores",
+        "latches",
+        "sessions",
+    ];
+    while !ctx.stopping() {
+        let kind = KINDS[rng.range(0, KINDS.len() as u64) as usize];
+        let limit = rng.range(1, 20);
+        let prefix = if kind == "sessions" { "" } else { "&prefix=f-" };
+        let mut cursor: Option<String> = None;
+        for _ in 0..20 {
+            let mut path = format!("/{kind}?limit={limit}{prefix}");
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let page = ctx
+                .call(&mut rng, reqwest::Method::GET, &path, None, 0, None)
+                .await;
+            if !page.is(200) {
+                if !page.is(503) && page.status.is_some() {
+                    ctx.failed(&format!("listing answered {:?}", page.status));
+                }
+                break;
+            }
+            match page.body["cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_string()),
+                None => break,
+            }
+        }
+        sleep_ms(rng.range(100, 400)).await;
+    }
+}
+
 /// Which queued primitive an idle prober drives.
 #[derive(Clone, Copy)]
 pub enum Queued {
