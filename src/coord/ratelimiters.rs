@@ -613,13 +613,14 @@ impl RateLimiters {
                     } => {
                         let due = now + wait_us;
                         reserved.push((which, reservations.remove(0)));
-                        if due > at + MULTI_SLACK_US {
+                        if due > at + MULTI_SLACK_US && reserved.len() > 1 {
                             // This limit admits later than those before it
                             // were reserved for: all again, for its instant.
                             at = due;
                             self.give_back_all(limits, &reserved, attempt).await;
                             continue 'round;
                         }
+                        at = at.max(due);
                         available.push(0);
                     }
                     TakenAll::Limited {
@@ -642,7 +643,11 @@ impl RateLimiters {
                     }
                 }
             }
-            if at == 0 || reserved.iter().all(|(_, r)| r.slot_us == 0) {
+            // Admitted at once only when every limit admitted at once;
+            // otherwise the waiter is answered once every reservation is
+            // due (those admitted at once are its, and given back if it
+            // leaves before).
+            if reserved.iter().all(|(_, r)| r.slot_us == 0) {
                 return Ok(TakenAll::Admitted { available });
             }
             return Ok(TakenAll::Reserved {

@@ -466,10 +466,13 @@ impl RateAcquisition {
         if later > 0 {
             return Ok(Attempt::Blocked(Blocked::after(ms_of(later))));
         }
-        let booked = held.booked.lock();
-        let Some(b) = booked.as_ref() else {
+        let mut booked = held.booked.lock();
+        let Some(b) = booked.as_mut() else {
             return Ok(Attempt::Refused(Refusal::NotFound));
         };
+        // Granted: every limit's permits are the waiter's now, also those
+        // admitted at once (no reservation to settle) on a Cluster.
+        b.settled.iter_mut().for_each(|s| *s = true);
         Ok(Attempt::Granted(Admitted {
             permits: match held.several {
                 true => held.limits.iter().map(|l| l.permits).collect(),
