@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use checks::*;
 use cluster::{Cluster, RESPONSE_TIMEOUT_MS};
-use workers::{Ctx, Kind, Queued, Rng};
+use workers::{Ctx, Kind, Queued, RateTarget, Rng};
 
 /// Slack over each documented bound: a busy two-core machine running three
 /// instances, four Redis servers and the clients.
@@ -39,7 +39,22 @@ const WAKE_SLACK_MS: f64 = 1500.0;
 /// A crashed holder's permits are back within its lease plus this.
 const PERMITS_BACK_SLACK_MS: f64 = 1000.0;
 const SEMAPHORE_PERMITS: u64 = 3;
-/// The rate limiter's configuration: 20 permits a second, 5 at once.
+/// The rate limiters of `workers::rate_loop`: one used by its shared
+/// bucket, one by keys, one by its shared bucket alone and in acquires of
+/// several limits.
+const RATE_LIMITERS: [&str; 3] = ["f-rate", "f-rate-key", "f-rate-all"];
+
+/// Every bucket of `workers::rate_loop`'s clients admitted something
+/// more than a few times (so each one's check above is not vacuous).
+fn rate_buckets_used(rates: &[(String, RateGrant)]) -> bool {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (bucket, _) in rates {
+        *counts.entry(bucket).or_default() += 1;
+    }
+    counts.len() == 4 && counts.values().all(|&n| n > 10)
+}
+
+/// The rate limiters' configuration: 20 permits a second, 5 at once.
 const RATE_LIMIT: RateLimit = RateLimit {
     rate: 20,
     per_ms: 1000,
@@ -73,7 +88,10 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
         burst,
     } = RATE_LIMIT;
     let limit = serde_json::json!({"rate": rate, "per_ms": per_ms, "burst": burst});
-    workers::configure(ctx, &mut rng, "/rate-limiters/f-rate", limit).await;
+    for name in RATE_LIMITERS {
+        let path = format!("/rate-limiters/{name}");
+        workers::configure(ctx, &mut rng, &path, limit.clone()).await;
+    }
     let multi = vec!["f-m1".to_string(), "f-m2".to_string()];
     let mut plan: Vec<(Vec<Kind>, &str, u64)> = Vec::new();
     for _ in 0..3 {
@@ -142,11 +160,32 @@ async fn start_clients(ctx: &Arc<Ctx>, seed: u64) -> Vec<tokio::task::JoinHandle
         ctx.clone(),
         Rng::new(rng.next()),
     )));
-    for _ in 0..3 {
+    // One limiter's shared bucket; two keys of another, one of them also
+    // in an acquire of several limits with a third limiter's shared bucket
+    // (which a client of its own also takes from): the bound holds in every
+    // bucket, whichever route takes from it.
+    let [shared, keyed, global] = RATE_LIMITERS.map(String::from);
+    let k0 = || RateTarget::Key(keyed.clone(), "k0".into());
+    let several = RateTarget::Several(vec![
+        (keyed.clone(), Some("k0".into())),
+        (global.clone(), None),
+    ]);
+    let targets = [
+        RateTarget::Shared(shared.clone()),
+        RateTarget::Shared(shared.clone()),
+        RateTarget::Shared(shared),
+        k0(),
+        k0(),
+        RateTarget::Key(keyed.clone(), "k1 {x}|y".into()),
+        several.clone(),
+        several,
+        RateTarget::Shared(global),
+    ];
+    for target in targets {
         tasks.push(tokio::spawn(workers::rate_loop(
             ctx.clone(),
             Rng::new(rng.next()),
-            "f-rate".to_string(),
+            target,
         )));
     }
     tasks
@@ -212,7 +251,7 @@ async fn leftovers(ctx: &Ctx) -> Vec<String> {
     let mut problems = Vec::new();
     let mut rng = Rng::new(1);
     type Clean = fn(&Value) -> bool;
-    let checks: [(&str, Clean); 12] = [
+    let checks: [(&str, Clean); 14] = [
         ("/locks/f-lock", |s| {
             s["locked"] == false && s["waiters"] == 0
         }),
@@ -242,6 +281,12 @@ async fn leftovers(ctx: &Ctx) -> Vec<String> {
         ("/redlocks/f-red", |s| s["locked_on"] == 0),
         // Full again: no reservation outlived its waiter's request.
         ("/rate-limiters/f-rate", |s| s["available"] == s["burst"]),
+        ("/rate-limiters/f-rate-key?key=k0", |s| {
+            s["available"] == s["burst"]
+        }),
+        ("/rate-limiters/f-rate-all", |s| {
+            s["available"] == s["burst"]
+        }),
     ];
     for (path, clean) in checks {
         let answer = ctx
@@ -377,9 +422,21 @@ async fn judge(
         latch_rounds(&record.latches, WAKE_SLACK_MS),
         &mut all,
     );
+    let mut buckets: BTreeMap<&str, Vec<RateGrant>> = BTreeMap::new();
+    for (bucket, grant) in &record.rates {
+        buckets.entry(bucket).or_default().push(grant.clone());
+    }
+    let rated = (buckets.iter())
+        .flat_map(|(bucket, grants)| {
+            let violations = rate_within(grants, RATE_LIMIT);
+            violations
+                .into_iter()
+                .map(move |v| format!("{bucket}: {v}"))
+        })
+        .collect();
     report(
-        "rate limiter",
-        rate_within(&record.rates, RATE_LIMIT),
+        "rate limiters (per limiter, key, and several at once)",
+        rated,
         &mut all,
     );
     let mut stalled: BTreeMap<&str, Vec<RateGrant>> = BTreeMap::new();
@@ -456,7 +513,7 @@ async fn fault_injection_every_primitive() {
         !record.latches.is_empty()
             && !record.permits_back.is_empty()
             && !record.fair.is_empty()
-            && !record.rates.is_empty()
+            && rate_buckets_used(&record.rates)
             && across_stalls > 0
             && !record.idle_probes.is_empty()
             && record.beat_rounds[1] > 0

@@ -51,7 +51,10 @@ pub struct Record {
     pub fair: Vec<FairWaiter>,
     pub latches: Vec<LatchRound>,
     pub permits_back: Vec<PermitsBack>,
-    pub rates: Vec<RateGrant>,
+    /// Admissions by the clients of `rate_loop`, with the bucket each
+    /// counts in (`<limiter>` or `<limiter>?key=<key>`): an admission of
+    /// several limits counts in each of them.
+    pub rates: Vec<(String, RateGrant)>,
     /// Admissions by the limiters of `rate_stall_loop`, with the limiter's
     /// name.
     pub stalled_rates: Vec<(String, RateGrant)>,
@@ -862,20 +865,80 @@ pub async fn configure_semaphore(ctx: &Ctx, rng: &mut Rng, name: &str, permits: 
     configure(ctx, rng, &format!("/semaphores/{name}"), body).await;
 }
 
-/// A client of a rate limiter: acquires of 1 to 3 permits, half of them
-/// waiting (reservations), each with its own `Idempotency-Key` and sent
-/// again with it while unanswered or 503 (so it counts once); after a 429
-/// it sleeps as `retry_after_ms` says. Sometimes it sends a wait without a
-/// key and goes away at once (its reservation is given back). Records
-/// every admission for `rate_within`.
-pub async fn rate_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String) {
-    let path = format!("/rate-limiters/{name}/acquire");
+/// What a client of rate limiters takes from: one limiter's shared
+/// bucket, one key's, or several limits at once (`(limiter, key)` each).
+#[derive(Debug, Clone)]
+pub enum RateTarget {
+    Shared(String),
+    Key(String, String),
+    Several(Vec<(String, Option<String>)>),
+}
+
+impl RateTarget {
+    /// The buckets an admission counts in (see [`Record::rates`]).
+    fn buckets(&self) -> Vec<String> {
+        let label = |name: &str, key: Option<&str>| match key {
+            Some(key) => format!("{name}?key={key}"),
+            None => name.to_string(),
+        };
+        match self {
+            RateTarget::Shared(name) => vec![label(name, None)],
+            RateTarget::Key(name, key) => vec![label(name, Some(key))],
+            RateTarget::Several(limits) => (limits.iter())
+                .map(|(name, key)| label(name, key.as_deref()))
+                .collect(),
+        }
+    }
+
+    fn path(&self) -> String {
+        match self {
+            RateTarget::Shared(name) | RateTarget::Key(name, _) => {
+                format!("/rate-limiters/{name}/acquire")
+            }
+            RateTarget::Several(_) => "/rate-limiters/acquire".to_string(),
+        }
+    }
+
+    fn body(&self, permits: u64, wait_ms: u64) -> serde_json::Value {
+        match self {
+            RateTarget::Shared(_) => json!({"permits": permits, "wait_ms": wait_ms}),
+            RateTarget::Key(_, key) => json!({"permits": permits, "wait_ms": wait_ms, "key": key}),
+            RateTarget::Several(limits) => json!({
+                "limits": (limits.iter())
+                    .map(|(name, key)| json!({"name": name, "key": key, "permits": permits}))
+                    .collect::<Vec<_>>(),
+                "wait_ms": wait_ms,
+            }),
+        }
+    }
+
+    /// The permits an answer says were admitted, the same in every limit.
+    fn admitted(&self, body: &serde_json::Value) -> u64 {
+        match self {
+            RateTarget::Several(_) => body["limits"][0]["permits"].as_u64().unwrap_or(0),
+            _ => body["permits"].as_u64().unwrap_or(0),
+        }
+    }
+}
+
+/// A client of rate limiters: acquires of 1 to 3 permits, half of them
+/// waiting (reservations). One limit's acquires carry their own
+/// `Idempotency-Key` and are sent again with it while unanswered or 503
+/// (so each counts once); an acquire of several limits takes no key, so
+/// it is sent once (an answer lost may hide an admission, which only
+/// makes the check below see fewer). After a 429 it sleeps as
+/// `retry_after_ms` says. Sometimes it sends a wait and goes away at once
+/// (its reservation is given back). Records every admission in every
+/// bucket it counts in, for `rate_within`.
+pub async fn rate_loop(ctx: Arc<Ctx>, mut rng: Rng, target: RateTarget) {
+    let path = target.path();
+    let several = matches!(target, RateTarget::Several(_));
     while !ctx.stopping() {
         if rng.chance(10) {
             let url = &ctx.urls[rng.range(0, ctx.urls.len() as u64) as usize];
             let request = (ctx.client.post(format!("{url}{path}")))
                 .timeout(Duration::from_millis(rng.range(20, 200)))
-                .json(&json!({"wait_ms": 1500}));
+                .json(&target.body(1, 1500));
             let _ = request.send().await;
             continue;
         }
@@ -884,8 +947,8 @@ pub async fn rate_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String) {
             true => rng.range(100, 1500),
             false => 0,
         };
-        let key = ctx.holder("rate");
-        let body = json!({"permits": permits, "wait_ms": wait_ms});
+        let key = (!several).then(|| ctx.holder("rate"));
+        let body = target.body(permits, wait_ms);
         let mut first_sent = None;
         for _ in 0..5 {
             let post = reqwest::Method::POST;
@@ -895,20 +958,21 @@ pub async fn rate_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String) {
                 &path,
                 Some(body.clone()),
                 wait_ms,
-                Some(&key),
+                key.as_deref(),
             ))
             .await;
             let sent = *first_sent.get_or_insert(answer.sent);
             match answer.status {
                 Some(200) => {
-                    let permits = answer.body["permits"].as_u64().unwrap_or(0);
-                    let answered = answer.answered;
                     let grant = RateGrant {
-                        permits,
+                        permits: target.admitted(&answer.body),
                         sent,
-                        answered,
+                        answered: answer.answered,
                     };
-                    ctx.record.lock().rates.push(grant);
+                    let mut record = ctx.record.lock();
+                    for bucket in target.buckets() {
+                        record.rates.push((bucket, grant.clone()));
+                    }
                     break;
                 }
                 Some(429) => {
@@ -916,9 +980,10 @@ pub async fn rate_loop(ctx: Arc<Ctx>, mut rng: Rng, name: String) {
                     sleep_ms(retry.min(500)).await;
                     break;
                 }
-                None | Some(503) => sleep_ms(100).await,
+                None | Some(503) if !several => sleep_ms(100).await,
+                None | Some(503) => break,
                 Some(other) => {
-                    ctx.failed(&format!("rate limiter answered {other}"));
+                    ctx.failed(&format!("rate limiter answered {other} to {path} {body}"));
                     break;
                 }
             }
