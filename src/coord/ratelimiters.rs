@@ -28,8 +28,8 @@
 //!   fields plus the configuration it runs under (`scripts/rl.lua`'s
 //!   `load_limiter`); it expires once full again, so an idle key takes no
 //!   memory
-//! - `{prefix}{n|<h>}:rlk:idem:<len>:<key>:<idem>`  a key's
-//!   `Idempotency-Key` records
+//! - `{prefix}{n|<h>}:rli:<len>:<key>:<idem>`  a key's `Idempotency-Key`
+//!   records (never a bucket's name: those are all `…:rlk:…`)
 //!
 //! A key's bucket cannot be read in the script of its limiter's hash (on
 //! a Cluster they are on different slots), so its scripts are handed the
@@ -38,7 +38,7 @@
 //! when it changes or deletes the limiter itself). A PUT reaches every key
 //! within that time; a key never goes back to an older configuration.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -185,6 +185,10 @@ pub enum Due {
 /// reserves them all again for a later instant before it gives up.
 const MULTI_ROUNDS: usize = 3;
 
+/// The longest wait of a probe (`rl_multi`'s ARGV[2]): none at all, so it
+/// refuses whatever it finds and takes nothing, only saying when.
+const PROBE: i64 = -1;
+
 /// On a Redis Cluster, how much later than the others one limit may be
 /// reserved for in the same round (the calls run one after another).
 const MULTI_SLACK_US: u64 = 2_000;
@@ -192,9 +196,11 @@ const MULTI_SLACK_US: u64 = 2_000;
 /// Where one call about a bucket goes (see [`RateLimiters::target`]).
 struct Target {
     script: &'static Script,
-    /// `[bucket, record]`.
-    keys: [String; 2],
-    /// For a key's bucket: the configuration its script is told.
+    /// `[bucket, record]`, and for a key's bucket on a single Redis its
+    /// limiter's hash, which the script reads.
+    keys: Vec<String>,
+    /// For a key's bucket on a Redis Cluster: the configuration its
+    /// script is told.
     known: Option<Known>,
 }
 
@@ -214,6 +220,8 @@ pub struct RateLimiters {
     store: Store,
     /// What this instance last read of each limiter, and when.
     known: Arc<Mutex<HashMap<String, (Instant, Known)>>>,
+    /// The limiters whose configuration [`RateLimiters::learn`] is reading.
+    learning: Arc<Mutex<HashSet<String>>>,
 }
 
 /// A key's bucket within a limiter, and its `Idempotency-Key` records.
@@ -242,6 +250,7 @@ impl RateLimiters {
         RateLimiters {
             store,
             known: Arc::default(),
+            learning: Arc::default(),
         }
     }
 
@@ -261,7 +270,7 @@ impl RateLimiters {
         let record = match idempotency_key {
             Some(idem) => self.store.key_of(
                 &key_tag(name, key),
-                &["rlk:idem:", &key.len().to_string(), ":", key, ":", idem],
+                &["rli:", &key.len().to_string(), ":", key, ":", idem],
             ),
             None => bucket.clone(),
         };
@@ -326,12 +335,21 @@ impl RateLimiters {
         self.known.lock().get(name).map(|(_, known)| known.clone())
     }
 
-    /// Reads the limiter's configuration unless this instance knows it
-    /// (for an answer's header fields; a failure only leaves them out).
-    pub async fn learn(&self, name: &str) {
-        if let Err(e) = self.known(name).await {
-            tracing::debug!(limiter = name, error = %e, "could not read a rate limiter's configuration");
+    /// Reads the limiter's configuration in the background unless this
+    /// instance read it within [`CONFIG_TTL`] (for answers' header fields,
+    /// which never wait for it: a failure only leaves them out).
+    pub fn learn(&self, name: &str) {
+        let fresh = (self.known.lock().get(name)).is_some_and(|(at, _)| at.elapsed() < CONFIG_TTL);
+        if fresh || !self.learning.lock().insert(name.to_string()) {
+            return;
         }
+        let (limiters, name) = (self.clone(), name.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = limiters.read_known(&name).await {
+                tracing::debug!(limiter = name, error = %e, "could not read a rate limiter's configuration");
+            }
+            limiters.learning.lock().remove(&name);
+        });
     }
 
     fn forget(&self, name: &str) {
@@ -360,9 +378,10 @@ impl RateLimiters {
     }
 
     /// Where a call about the bucket `key` (or the shared one) goes: its
-    /// script, its `[bucket, record]` keys and the ARGV it takes last.
-    /// `None` when the limiter does not exist. `fresh`: read the
-    /// configuration now rather than use what this instance knows.
+    /// script, its keys and the ARGV it takes last. On a Redis Cluster a
+    /// key's script is told the configuration (`None` when the limiter
+    /// does not exist); `fresh`: read now rather than what this instance
+    /// knows.
     async fn target(
         &self,
         name: &str,
@@ -377,17 +396,28 @@ impl RateLimiters {
             };
             return Ok(Some(Target {
                 script: scripts.0,
-                keys: idempotent.keys(&self.store, name, "rl", self.key(name)),
+                keys: idempotent
+                    .keys(&self.store, name, "rl", self.key(name))
+                    .into(),
                 known: None,
             }));
         };
+        let [bucket, record] = self.bucket_keys(name, key, idempotency_key);
+        if !self.store.spans_nodes() {
+            // One Redis: the script reads the limiter's hash itself.
+            return Ok(Some(Target {
+                script: scripts.1,
+                keys: vec![bucket, record, self.key(name)],
+                known: None,
+            }));
+        }
         let known = match fresh {
             true => self.read_known(name).await?,
             false => self.known(name).await?,
         };
         Ok(known.map(|known| Target {
             script: scripts.1,
-            keys: self.bucket_keys(name, key, idempotency_key),
+            keys: vec![bucket, record],
             known: Some(known),
         }))
     }
@@ -405,7 +435,7 @@ impl RateLimiters {
         };
         let reply: Vec<Value> = self
             .store
-            .run(target.script, &target.keys[..1], &target.args(&[]))
+            .run(target.script, &target.keys, &target.args(&[]))
             .await?;
         state(&reply)
     }
@@ -537,7 +567,7 @@ impl RateLimiters {
         let args = [attempt.as_str().to_string(), permits.to_string()];
         let given: i64 = self
             .store
-            .write_repeatable(target.script, &target.keys[..1], &target.args(&args))
+            .write_repeatable(target.script, &target.keys, &target.args(&args))
             .await?;
         Ok(given == 1)
     }
@@ -579,6 +609,8 @@ impl RateLimiters {
         let elapsed = || start.elapsed().as_micros() as u64;
         // The instant every limit is reserved for, in µs from `start`.
         let mut at: u64 = 0;
+        // The limit that set `at` last (the one a refusal names).
+        let mut latest = 0;
         'round: for _ in 0..MULTI_ROUNDS {
             let mut reserved: Vec<(usize, Reservation)> = Vec::with_capacity(limits.len());
             let mut available = Vec::with_capacity(limits.len());
@@ -617,6 +649,7 @@ impl RateLimiters {
                             // This limit admits later than those before it
                             // were reserved for: all again, for its instant.
                             at = due;
+                            latest = which;
                             self.give_back_all(limits, &reserved, attempt).await;
                             continue 'round;
                         }
@@ -627,8 +660,31 @@ impl RateLimiters {
                         wait_us, available, ..
                     } => {
                         self.give_back_all(limits, &reserved, attempt).await;
+                        // When every limit admits: ask the ones not yet
+                        // asked too (taking nothing).
+                        let mut worst = (now + wait_us, which, available);
+                        for rest in which + 1..limits.len() {
+                            let now = elapsed();
+                            let only = [rest];
+                            let probe = self.take(limits, &targets, &only, PROBE, 0, attempt);
+                            match probe.await? {
+                                TakenAll::Limited {
+                                    wait_us, available, ..
+                                } if now + wait_us > worst.0 => {
+                                    worst = (now + wait_us, rest, available);
+                                }
+                                TakenAll::NotFound { .. } => {
+                                    return Ok(TakenAll::NotFound { which: rest });
+                                }
+                                TakenAll::OverBurst { burst, .. } => {
+                                    return Ok(TakenAll::OverBurst { which: rest, burst });
+                                }
+                                _ => {}
+                            }
+                        }
+                        let (due, which, available) = worst;
                         return Ok(TakenAll::Limited {
-                            wait_us: (now + wait_us).max(at).saturating_sub(elapsed()),
+                            wait_us: due.max(at).saturating_sub(elapsed()),
                             which,
                             available,
                         });
@@ -658,7 +714,7 @@ impl RateLimiters {
         // Every round found a limit that admits later still: busy limits.
         Ok(TakenAll::Limited {
             wait_us: at.saturating_sub(elapsed()),
-            which: 0,
+            which: latest,
             available: 0,
         })
     }
@@ -670,22 +726,31 @@ impl RateLimiters {
         limits: &[Limit],
         targets: &[Target],
         which: &[usize],
-        max_wait_us: u64,
+        max_wait_us: impl ToString,
         not_before_us: u64,
         attempt: &AttemptId,
     ) -> Result<TakenAll, StoreError> {
-        let keys: Vec<&str> = which.iter().map(|&i| targets[i].keys[0].as_str()).collect();
+        // Each bucket, then what its configuration is read from.
+        let mut keys: Vec<&str> = which.iter().map(|&i| targets[i].keys[0].as_str()).collect();
         let mut args = vec![
             attempt.as_str().to_string(),
             max_wait_us.to_string(),
             not_before_us.to_string(),
         ];
         for &i in which {
+            let target = &targets[i];
             args.push(limits[i].permits.to_string());
-            match &targets[i].known {
-                Some(known) => args.extend(known.args()),
-                None => args.extend(std::iter::repeat_n(String::new(), 5)),
+            match (&target.known, target.keys.get(2)) {
+                (Some(known), _) => args.extend(known.args()),
+                (None, Some(limiter)) => {
+                    keys.push(limiter);
+                    args.push("#".into());
+                    args.extend(std::iter::repeat_n(String::new(), 4));
+                    continue;
+                }
+                (None, None) => args.extend(std::iter::repeat_n(String::new(), 5)),
             }
+            keys.push(&target.keys[0]);
         }
         let reply: Vec<Value> = self.store.write(&scripts::RL_MULTI, &keys, &args).await?;
         let n = |v: &Value, what: &str| reply_u64(v, what);

@@ -134,8 +134,9 @@ pub struct RateAcquireRequest {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"name": "api-per-user", "key": "user-42", "permits": 1}))]
 pub struct LimitRequest {
-    /// The rate limiter (configured with PUT /rate-limiters/{name}).
-    #[schema(example = "api-per-user")]
+    /// The rate limiter (configured with PUT /rate-limiters/{name}): 1–256
+    /// characters of `A-Z a-z 0-9 . _ ~ : -`.
+    #[schema(example = "api-per-user", pattern = "^[A-Za-z0-9._~:-]{1,256}$")]
     pub name: String,
     /// Its key's bucket; without it, the limiter's shared bucket.
     pub key: Option<LimitKey>,
@@ -193,7 +194,8 @@ pub struct LimitsGrant {
 #[into_params(parameter_in = Query)]
 pub struct KeyQuery {
     /// Show this key's bucket (its `available`) rather than the shared one.
-    #[param(value_type = Option<String>, min_length = 1, max_length = 256, example = "user-42")]
+    #[param(value_type = Option<String>, min_length = 1, max_length = 256, example = "user-42",
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]+$")]
     pub key: Option<LimitKey>,
 }
 
@@ -558,13 +560,14 @@ fn policy_item(name: &str, key: Option<&str>) -> String {
     }
 }
 
-/// A limiter's rate as a quota per window of whole seconds (the header
-/// fields' unit): `rate` per `per_ms` over the shortest whole-second
-/// window that holds it, rounded down.
+/// A limiter as a quota per window of whole seconds (the header fields'
+/// unit): its `burst`, over the time the burst takes to refill at its
+/// rate (rounded up to whole seconds, so never more than it admits), so
+/// that what is left (`r`, the `available`) is never more than the quota.
 fn quota_of(config: &RateConfig) -> (u64, u64) {
-    let window = config.per_ms.div_ceil(1000).max(1);
-    let quota = (config.rate as u128 * window as u128 * 1000 / config.per_ms as u128) as u64;
-    (quota, window)
+    let refill_ms = config.burst as u128 * config.per_ms as u128 / config.rate as u128;
+    let window = (refill_ms.div_ceil(1000) as u64).max(1);
+    (config.burst, window)
 }
 
 /// Seconds until a limiter with `left` permits available is full again.
@@ -906,7 +909,7 @@ pub async fn acquire(
     };
     let wait_until = arrived + std::time::Duration::from_millis(wait_ms);
     let limiters = state.rate_limiters.clone();
-    limiters.learn(&limit.name).await;
+    limiters.learn(&limit.name);
     let acquisition = RateAcquisition::new(
         limiters,
         vec![limit],
@@ -1007,7 +1010,7 @@ pub async fn acquire_all(
     }
     let limiters = state.rate_limiters.clone();
     for limit in &limits {
-        limiters.learn(&limit.name).await;
+        limiters.learn(&limit.name);
     }
     let wait_until = arrived + std::time::Duration::from_millis(wait_ms);
     let acquisition = RateAcquisition::new(limiters, limits, names, true, None, wait_until);

@@ -185,18 +185,19 @@ end
 -- - the limiter's own hash ({prefix}{name}:rl), its one shared bucket,
 --   which also holds the configuration (rl_set.lua);
 -- - a key's bucket ({prefix}{name|<hash>}:rlk:<key>, KEYED), on a hash
---   slot of its own. Its script cannot read the limiter's hash (on a
---   Redis Cluster it lives on another slot), so the caller passes the
---   configuration it knows as the last five ARGV: rate, per_ms, burst,
---   gen (the limiter's incarnation) and ver (its configuration's
---   version, counted by every PUT). A key's bucket keeps the
+--   slot of its own. Its configuration is the limiter's (`keyed`: rate,
+--   per_ms, burst, gen the limiter's incarnation and ver its
+--   configuration's version, counted by every PUT), read from the
+--   limiter's hash on a single Redis, or passed by the caller, as it last
+--   read it, on a Redis Cluster (another slot). A key's bucket keeps the
 --   configuration it runs under: a caller's newer one (a later
 --   incarnation, or a higher version of the same one) is carried over
---   (`carry_over`) and kept by the next write; an older one (an instance
---   whose copy is stale) is ignored, so a key never goes back to a
---   configuration it has left. A key that has no bucket (never used, or
---   full again: see `store_lag`) is full under the caller's
---   configuration.
+--   (`carry_over`: what the key has taken stays taken, also into a new
+--   incarnation, so a key never gets a second burst from an instance
+--   whose copy of a deleted limiter is stale) and kept by the next write;
+--   an older one is ignored, so a key never goes back to a configuration
+--   it has left. A key that has no bucket (never used, or full again:
+--   see `store_lag`) is full under the caller's configuration.
 local function load_bucket(key, keyed)
   if not keyed then
     local c = redis.call('HMGET', key, 'rate', 'per_ms', 'burst', 'tat', 'frac', 'gen')
@@ -212,7 +213,7 @@ local function load_bucket(key, keyed)
   end
   local c = redis.call('HMGET', key, 'rate', 'per_ms', 'burst', 'tat', 'frac', 'gen', 'ver')
   local gen, ver = tonumber(keyed.gen), tonumber(keyed.ver)
-  if not c[1] or tonumber(c[6]) < gen then
+  if not c[1] then
     configure(keyed.rate, keyed.per_ms, keyed.burst)
     return {
       rate = keyed.rate, per_ms = keyed.per_ms, burst = keyed.burst,
@@ -224,9 +225,11 @@ local function load_bucket(key, keyed)
     tat = tonumber(c[4]), frac = tonumber(c[5]), gen = c[6], ver = tonumber(c[7]),
   }
   configure(l.rate, l.per_ms, l.burst)
-  if tonumber(l.gen) == gen and l.ver < ver then
+  local older = tonumber(l.gen) < gen
+  if older or (tonumber(l.gen) == gen and l.ver < ver) then
     local lag_now = carry_over(l, keyed.rate, keyed.per_ms, keyed.burst)
     l.rate, l.per_ms, l.burst, l.ver = keyed.rate, keyed.per_ms, keyed.burst, ver
+    l.gen = keyed.gen
     l.tat, l.frac = now + lag_now[1], lag_now[2]
     -- The last acquire was priced under the old configuration: it can no
     -- longer be given back (rl_give_back.lua), as after a PUT.
@@ -256,13 +259,17 @@ local function store_bucket(key, keyed, l, limiter)
   if limiter.carried then
     redis.call('HDEL', key, 'last')
   end
-  -- Full again once tat has passed: at most this many ms from now.
-  redis.call('PEXPIRE', key, math.floor(l[1] / 1000) + 1)
+  -- Full again once tat has passed: within this many ms from now (one
+  -- more than needed: the ms Redis expires in may have begun before TIME).
+  redis.call('PEXPIRE', key, math.floor(l[1] / 1000) + 2)
 end
 
 -- The script's own bucket: KEYS[1], of the kind rl_shared.lua or
 -- rl_keyed.lua said.
 local function load_limiter()
+  if KEYED == false then
+    return nil
+  end
   return load_bucket(KEYS[1], KEYED)
 end
 

@@ -9,7 +9,10 @@
 --          this many µs from now (0: as soon as every bucket admits)
 -- then six ARGV per bucket, from ARGV[4 + 6 * (i - 1)]: its permits k,
 --          and, for a key's bucket, the configuration its caller knows
---          (rate, per_ms, burst, gen, ver; five '' for a shared bucket)
+--          (rate, per_ms, burst, gen, ver), or '#' and four '' to read it
+--          from the limiter's hash KEYS[n + i] (a single Redis); five ''
+--          for a shared bucket
+-- KEYS[n + i]  with '#': bucket i's limiter's hash
 --
 -- Returns  {1, 0, slot, 0, gen_1, available_1, ...}  admitted now
 --          {2, wait_us, slot, 0, gen_1, available_1, ...}  reserved: every
@@ -31,14 +34,23 @@
 -- sooner stays idle for the others until then (its time up to `slot` is
 -- not handed out twice, nor given back: rl_give_back.lua returns only
 -- k*T). Each bucket's `last` names the attempt, as a single acquire's.
-local n = #KEYS
+local n = math.floor((#ARGV - 3) / 6)
 local buckets = {}
 local longest, worst = 0, 1
 for i = 1, n do
   local at = 4 + 6 * (i - 1)
   local k = tonumber(ARGV[at])
   local keyed = nil
-  if ARGV[at + 1] ~= '' then
+  if ARGV[at + 1] == '#' then
+    local c = redis.call('HMGET', KEYS[n + i], 'rate', 'per_ms', 'burst', 'gen', 'ver')
+    if not c[1] then
+      return {-1, 0, 0, i}
+    end
+    keyed = {
+      rate = tonumber(c[1]), per_ms = tonumber(c[2]), burst = tonumber(c[3]),
+      gen = c[4], ver = c[5] or '0',
+    }
+  elseif ARGV[at + 1] ~= '' then
     keyed = {
       rate = tonumber(ARGV[at + 1]), per_ms = tonumber(ARGV[at + 2]),
       burst = tonumber(ARGV[at + 3]), gen = ARGV[at + 4], ver = ARGV[at + 5],
