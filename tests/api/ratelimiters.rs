@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::helpers::*;
 
 /// `PUT /rate-limiters/{name}`, asserting 200; returns the status.
-async fn configure(app: &TestApp, name: &str, body: Value) -> Value {
+pub(crate) async fn configure(app: &TestApp, name: &str, body: Value) -> Value {
     let response = app
         .client
         .put(app.url(&format!("/rate-limiters/{name}")))
@@ -27,7 +27,7 @@ async fn configure(app: &TestApp, name: &str, body: Value) -> Value {
     response.json().await.expect("status is JSON")
 }
 
-async fn acquire(app: &TestApp, name: &str, body: Value) -> Response {
+pub(crate) async fn acquire(app: &TestApp, name: &str, body: Value) -> Response {
     app.post(&format!("/rate-limiters/{name}/acquire"), body)
         .await
 }

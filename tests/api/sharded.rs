@@ -135,7 +135,7 @@ async fn woken_through_its_shard<F: Future<Output = u16>>(
     );
 }
 
-fn cluster_config(cluster: &RedisCluster) -> Config {
+pub(crate) fn cluster_config(cluster: &RedisCluster) -> Config {
     Config {
         redis_mode: RedisMode::Cluster,
         ..test_config_for(cluster.urls())
