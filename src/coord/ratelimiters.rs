@@ -38,7 +38,7 @@
 //! when it changes or deletes the limiter itself). A PUT reaches every key
 //! within that time; a key never goes back to an older configuration.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,19 +91,26 @@ pub struct Limit {
 /// The answer to an acquire from several limits at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakenAll {
-    /// Admitted now: what each limit could admit next.
-    Admitted { available: Vec<u64> },
+    /// Admitted now: what each limit could admit next, and its
+    /// configuration.
+    Admitted {
+        available: Vec<u64>,
+        configs: Vec<RateConfig>,
+    },
     /// Reserved: each limit's permits are the waiter's in `wait_us`.
     Reserved {
         wait_us: u64,
         reservations: Vec<Reservation>,
+        configs: Vec<RateConfig>,
     },
     /// Nothing taken: every limit admits in `wait_us`, later than the
-    /// request may wait; limit `which` is one that refused.
+    /// request may wait; limit `which` is one that refused (`config`: its
+    /// configuration, when known).
     Limited {
         wait_us: u64,
         which: usize,
         available: u64,
+        config: Option<RateConfig>,
     },
     /// Limit `which`'s limiter does not exist.
     NotFound { which: usize },
@@ -151,16 +158,25 @@ impl Reservation {
 pub enum Taken {
     /// Admitted now (or, for a retry with the same key, admitted before:
     /// the first answer again).
-    Admitted { permits: u64, available: u64 },
+    Admitted {
+        permits: u64,
+        available: u64,
+        config: RateConfig,
+    },
     /// Reserved: the permits are the waiter's in `wait_us`.
     Reserved {
         permits: u64,
         wait_us: u64,
         reservation: Reservation,
+        config: RateConfig,
     },
     /// Not admitted, and nothing reserved: the permits come in `wait_us`,
     /// later than the request may wait.
-    Limited { wait_us: u64, available: u64 },
+    Limited {
+        wait_us: u64,
+        available: u64,
+        config: RateConfig,
+    },
     /// No such limiter (for a retry with the same key: not the one the key
     /// counted in).
     NotFound,
@@ -174,7 +190,7 @@ pub enum Due {
     /// It has, and the reservation is settled (never given back from now
     /// on); `available` is what the limiter could admit now (with an
     /// `Idempotency-Key`: what the key's first answer said).
-    Now { available: u64 },
+    Now { available: u64, config: RateConfig },
     /// Not yet (Redis's clock and ours differ a little): in `wait_us`.
     In { wait_us: u64 },
     /// The limiter was deleted (and perhaps created again) meanwhile.
@@ -220,14 +236,29 @@ pub struct RateLimiters {
     store: Store,
     /// What this instance last read of each limiter, and when.
     known: Arc<Mutex<HashMap<String, (Instant, Known)>>>,
-    /// The limiters whose configuration [`RateLimiters::learn`] is reading.
-    learning: Arc<Mutex<HashSet<String>>>,
 }
 
 /// A key's bucket within a limiter, and its `Idempotency-Key` records.
 fn key_tag(name: &str, key: &str) -> String {
     let hash = crate::store::scan::order_of(key) as u32;
     format!("{name}|{hash:08x}")
+}
+
+/// The configuration a script appends to its answer (`with_config` in
+/// `scripts/rl.lua`): the reply's last three values, and what precedes them.
+fn with_config(reply: &[Value]) -> Option<(&[Value], [&Value; 3])> {
+    match reply {
+        [head @ .., rate, per_ms, burst] => Some((head, [rate, per_ms, burst])),
+        [] | [_] | [_, _] => None,
+    }
+}
+
+fn config_of([rate, per_ms, burst]: [&Value; 3]) -> Result<RateConfig, StoreError> {
+    Ok(RateConfig {
+        rate: reply_u64(rate, "rate")?,
+        per_ms: reply_u64(per_ms, "per_ms")?,
+        burst: reply_u64(burst, "burst")?,
+    })
 }
 
 fn state(reply: &[Value]) -> Result<Option<RateState>, StoreError> {
@@ -250,7 +281,6 @@ impl RateLimiters {
         RateLimiters {
             store,
             known: Arc::default(),
-            learning: Arc::default(),
         }
     }
 
@@ -326,30 +356,6 @@ impl RateLimiters {
             Some(known) => Ok(Some(known)),
             None => self.read_known(name).await,
         }
-    }
-
-    /// The limiter's configuration as this instance last read it, however
-    /// long ago (what an answer's `RateLimit` header fields describe);
-    /// `None` when it has none.
-    pub fn known_now(&self, name: &str) -> Option<Known> {
-        self.known.lock().get(name).map(|(_, known)| known.clone())
-    }
-
-    /// Reads the limiter's configuration in the background unless this
-    /// instance read it within [`CONFIG_TTL`] (for answers' header fields,
-    /// which never wait for it: a failure only leaves them out).
-    pub fn learn(&self, name: &str) {
-        let fresh = (self.known.lock().get(name)).is_some_and(|(at, _)| at.elapsed() < CONFIG_TTL);
-        if fresh || !self.learning.lock().insert(name.to_string()) {
-            return;
-        }
-        let (limiters, name) = (self.clone(), name.to_string());
-        tokio::spawn(async move {
-            if let Err(e) = limiters.read_known(&name).await {
-                tracing::debug!(limiter = name, error = %e, "could not read a rate limiter's configuration");
-            }
-            limiters.learning.lock().remove(&name);
-        });
     }
 
     fn forget(&self, name: &str) {
@@ -477,28 +483,37 @@ impl RateLimiters {
             )
             .await?;
         let n = |v: &Value, what: &str| reply_u64(v, what);
-        Ok(match reply.as_slice() {
-            [Value::Int(1), permits, available] => Taken::Admitted {
+        let (head, config) = match with_config(&reply) {
+            Some((head, config)) if head.len() >= 3 => (head, Some(config)),
+            _ => (reply.as_slice(), None),
+        };
+        Ok(match (head, config) {
+            ([Value::Int(1), permits, available], Some(config)) => Taken::Admitted {
                 permits: n(permits, "permits")?,
                 available: n(available, "available")?,
+                config: config_of(config)?,
             },
-            [Value::Int(2), permits, wait, incarnation, slot] => Taken::Reserved {
+            ([Value::Int(2), permits, wait, incarnation, slot], Some(config)) => Taken::Reserved {
                 permits: n(permits, "permits")?,
                 wait_us: n(wait, "wait")?,
                 reservation: Reservation {
                     incarnation: n(incarnation, "incarnation")?.to_string(),
                     slot_us: n(slot, "slot")?,
                 },
+                config: config_of(config)?,
             },
-            [Value::Int(0), wait, available] => Taken::Limited {
+            ([Value::Int(0), wait, available], Some(config)) => Taken::Limited {
                 wait_us: n(wait, "wait")?,
                 available: n(available, "available")?,
+                config: config_of(config)?,
             },
-            [Value::Int(-1)] => Taken::NotFound,
-            [Value::Int(-2), burst] => Taken::OverBurst {
-                burst: n(burst, "burst")?,
+            (_, _) => match reply.as_slice() {
+                [Value::Int(-1)] => Taken::NotFound,
+                [Value::Int(-2), burst] => Taken::OverBurst {
+                    burst: n(burst, "burst")?,
+                },
+                other => return Err(StoreError::reply("rl_acquire", other)),
             },
-            other => return Err(StoreError::reply("rl_acquire", other)),
         })
     }
 
@@ -537,8 +552,9 @@ impl RateLimiters {
             .write_repeatable(target.script, &target.keys, &target.args(&args))
             .await?;
         Ok(match reply.as_slice() {
-            [Value::Int(1), available] => Due::Now {
+            [Value::Int(1), available, rate, per_ms, burst] => Due::Now {
                 available: reply_u64(available, "available")?,
+                config: config_of([rate, per_ms, burst])?,
             },
             [Value::Int(0), wait] => Due::In {
                 wait_us: reply_u64(wait, "wait")?,
@@ -614,6 +630,7 @@ impl RateLimiters {
         'round: for _ in 0..MULTI_ROUNDS {
             let mut reserved: Vec<(usize, Reservation)> = Vec::with_capacity(limits.len());
             let mut available = Vec::with_capacity(limits.len());
+            let mut configs = Vec::with_capacity(limits.len());
             for which in 0..limits.len() {
                 let now = elapsed();
                 let left = max_wait_us.saturating_sub(now);
@@ -635,13 +652,18 @@ impl RateLimiters {
                     }
                 };
                 match taken {
-                    TakenAll::Admitted { available: a } => {
+                    TakenAll::Admitted {
+                        available: a,
+                        configs: c,
+                    } => {
                         reserved.push((which, Reservation::unused()));
                         available.extend(a);
+                        configs.extend(c);
                     }
                     TakenAll::Reserved {
                         wait_us,
                         mut reservations,
+                        configs: c,
                     } => {
                         let due = now + wait_us;
                         reserved.push((which, reservations.remove(0)));
@@ -655,23 +677,30 @@ impl RateLimiters {
                         }
                         at = at.max(due);
                         available.push(0);
+                        configs.extend(c);
                     }
                     TakenAll::Limited {
-                        wait_us, available, ..
+                        wait_us,
+                        available,
+                        config,
+                        ..
                     } => {
                         self.give_back_all(limits, &reserved, attempt).await;
                         // When every limit admits: ask the ones not yet
                         // asked too (taking nothing).
-                        let mut worst = (now + wait_us, which, available);
+                        let mut worst = (now + wait_us, which, available, config);
                         for rest in which + 1..limits.len() {
                             let now = elapsed();
                             let only = [rest];
                             let probe = self.take(limits, &targets, &only, PROBE, 0, attempt);
                             match probe.await? {
                                 TakenAll::Limited {
-                                    wait_us, available, ..
+                                    wait_us,
+                                    available,
+                                    config,
+                                    ..
                                 } if now + wait_us > worst.0 => {
-                                    worst = (now + wait_us, rest, available);
+                                    worst = (now + wait_us, rest, available, config);
                                 }
                                 TakenAll::NotFound { .. } => {
                                     return Ok(TakenAll::NotFound { which: rest });
@@ -682,11 +711,12 @@ impl RateLimiters {
                                 _ => {}
                             }
                         }
-                        let (due, which, available) = worst;
+                        let (due, which, available, config) = worst;
                         return Ok(TakenAll::Limited {
                             wait_us: due.max(at).saturating_sub(elapsed()),
                             which,
                             available,
+                            config,
                         });
                     }
                     TakenAll::NotFound { .. } => {
@@ -704,11 +734,12 @@ impl RateLimiters {
             // due (those admitted at once are its, and given back if it
             // leaves before).
             if reserved.iter().all(|(_, r)| r.slot_us == 0) {
-                return Ok(TakenAll::Admitted { available });
+                return Ok(TakenAll::Admitted { available, configs });
             }
             return Ok(TakenAll::Reserved {
                 wait_us: at.saturating_sub(elapsed()),
                 reservations: reserved.into_iter().map(|(_, r)| r).collect(),
+                configs,
             });
         }
         // Every round found a limit that admits later still: busy limits.
@@ -716,6 +747,7 @@ impl RateLimiters {
             wait_us: at.saturating_sub(elapsed()),
             which: latest,
             available: 0,
+            config: None,
         })
     }
 
@@ -761,29 +793,33 @@ impl RateLimiters {
         };
         Ok(match reply.as_slice() {
             [Value::Int(code @ (1 | 2)), wait, slot, _, rest @ ..]
-                if rest.len() == 2 * which.len() =>
+                if rest.len() == 5 * which.len() =>
             {
                 let mut available = Vec::with_capacity(which.len());
                 let mut reservations = Vec::with_capacity(which.len());
-                for pair in rest.chunks(2) {
-                    available.push(n(&pair[1], "available")?);
+                let mut configs = Vec::with_capacity(which.len());
+                for each in rest.chunks(5) {
+                    available.push(n(&each[1], "available")?);
                     reservations.push(Reservation {
-                        incarnation: n(&pair[0], "incarnation")?.to_string(),
+                        incarnation: n(&each[0], "incarnation")?.to_string(),
                         slot_us: n(slot, "slot")?,
                     });
+                    configs.push(config_of([&each[2], &each[3], &each[4]])?);
                 }
                 match code {
-                    1 => TakenAll::Admitted { available },
+                    1 => TakenAll::Admitted { available, configs },
                     _ => TakenAll::Reserved {
                         wait_us: n(wait, "wait")?,
                         reservations,
+                        configs,
                     },
                 }
             }
-            [Value::Int(0), wait, _, i, available] => TakenAll::Limited {
+            [Value::Int(0), wait, _, i, available, rate, per_ms, burst] => TakenAll::Limited {
                 wait_us: n(wait, "wait")?,
                 which: which_of(i)?,
                 available: n(available, "available")?,
+                config: Some(config_of([rate, per_ms, burst])?),
             },
             [Value::Int(-1), _, _, i] => TakenAll::NotFound {
                 which: which_of(i)?,

@@ -251,6 +251,8 @@ struct Held {
     /// answered as such, and never with an `Idempotency-Key`.
     several: bool,
     booked: Mutex<Option<Booked>>,
+    /// Per limit: its configuration, as its scripts answered it.
+    configs: Mutex<Vec<Option<RateConfig>>>,
 }
 
 struct Booked {
@@ -340,6 +342,7 @@ impl RateAcquisition {
         RateAcquisition {
             held: Arc::new(Held {
                 limiters,
+                configs: Mutex::new(vec![None; limits.len()]),
                 several,
                 limits,
                 names,
@@ -377,22 +380,38 @@ impl RateAcquisition {
             )
             .await?;
         Ok(match taken {
-            Taken::Admitted { permits, available } => Attempt::Granted(Admitted {
-                permits: vec![permits],
-                available: vec![available],
-            }),
+            Taken::Admitted {
+                permits,
+                available,
+                config,
+            } => {
+                self.learned(0, config);
+                Attempt::Granted(Admitted {
+                    permits: vec![permits],
+                    available: vec![available],
+                })
+            }
             Taken::Reserved {
                 permits,
                 wait_us,
                 reservation,
+                config,
             } => {
+                self.learned(0, config);
                 self.book(attempt, vec![reservation], permits);
                 Attempt::Blocked(Blocked::after(ms_of(wait_us)))
             }
-            Taken::Limited { wait_us, available } => Attempt::Blocked(Blocked {
-                available: Some(available),
-                ..Blocked::after(ms_of(wait_us))
-            }),
+            Taken::Limited {
+                wait_us,
+                available,
+                config,
+            } => {
+                self.learned(0, config);
+                Attempt::Blocked(Blocked {
+                    available: Some(available),
+                    ..Blocked::after(ms_of(wait_us))
+                })
+            }
             Taken::NotFound => Attempt::Refused(Refusal::NotFound),
             Taken::OverBurst { burst } => Attempt::Refused(Refusal::OverBurst(burst)),
         })
@@ -407,14 +426,25 @@ impl RateAcquisition {
             .await?;
         let permits = || held.limits.iter().map(|l| l.permits).collect();
         Ok(match taken {
-            TakenAll::Admitted { available } => Attempt::Granted(Admitted {
-                permits: permits(),
-                available,
-            }),
+            TakenAll::Admitted { available, configs } => {
+                configs
+                    .into_iter()
+                    .enumerate()
+                    .for_each(|(i, c)| self.learned(i, c));
+                Attempt::Granted(Admitted {
+                    permits: permits(),
+                    available,
+                })
+            }
             TakenAll::Reserved {
                 wait_us,
                 reservations,
+                configs,
             } => {
+                configs
+                    .into_iter()
+                    .enumerate()
+                    .for_each(|(i, c)| self.learned(i, c));
                 self.book(attempt, reservations, 0);
                 Attempt::Blocked(Blocked::after(ms_of(wait_us)))
             }
@@ -422,11 +452,17 @@ impl RateAcquisition {
                 wait_us,
                 which,
                 available,
-            } => Attempt::Blocked(Blocked {
-                available: Some(available),
-                which: Some(which),
-                ..Blocked::after(ms_of(wait_us))
-            }),
+                config,
+            } => {
+                if let Some(config) = config {
+                    self.learned(which, config);
+                }
+                Attempt::Blocked(Blocked {
+                    available: Some(available),
+                    which: Some(which),
+                    ..Blocked::after(ms_of(wait_us))
+                })
+            }
             TakenAll::NotFound { which } => Attempt::Refused(Refusal::NotFoundOf(which)),
             TakenAll::OverBurst { which, burst } => {
                 Attempt::Refused(Refusal::OverBurstOf(which, burst))
@@ -484,15 +520,25 @@ impl RateAcquisition {
         }))
     }
 
+    /// Keeps limit `i`'s configuration, as its script last answered it (what
+    /// the answer's `RateLimit` header fields describe).
+    fn learned(&self, i: usize, config: RateConfig) {
+        if let Some(slot) = self.held.configs.lock().get_mut(i) {
+            *slot = Some(config);
+        }
+    }
+
     /// Records what limit `i`'s settle found: its time came (settled), it
     /// comes later (`later`), or its limiter is gone (the refusal).
     fn settled(&self, i: usize, due: Due, later: &mut u64) -> Option<Refusal> {
         let mut booked = self.held.booked.lock();
         let b = booked.as_mut()?;
         match due {
-            Due::Now { available } => {
+            Due::Now { available, config } => {
                 b.settled[i] = true;
                 b.available[i] = available;
+                drop(booked);
+                self.learned(i, config);
                 None
             }
             Due::In { wait_us } => {
@@ -510,8 +556,8 @@ impl RateAcquisition {
     }
 
     /// The `RateLimit-Policy` and `RateLimit` header fields of an answer:
-    /// every limit's policy (its configuration, as this instance knows
-    /// it) and what it has left. `wait_ms`: when a refused request's
+    /// every limit's policy (its configuration, as its script answered)
+    /// and what it has left. `wait_ms`: when a refused request's
     /// permits come (their reset).
     fn rate_limit_headers(
         &self,
@@ -522,16 +568,16 @@ impl RateAcquisition {
         let mut policies = Vec::new();
         let mut states = Vec::new();
         for (i, limit) in held.limits.iter().enumerate() {
-            let Some(known) = held.limiters.known_now(&limit.name) else {
+            let Some(config) = held.configs.lock().get(i).copied().flatten() else {
                 continue;
             };
             let item = policy_item(&held.names[i], limit.key.as_deref());
-            let (quota, window) = quota_of(&known.config);
+            let (quota, window) = quota_of(&config);
             policies.push(format!("{item};q={quota};w={window}"));
             if let Some(left) = available.get(i).copied().flatten() {
                 let reset = match wait_ms {
                     Some(ms) => ms.div_ceil(1000),
-                    None => refill_secs(&known.config, left),
+                    None => refill_secs(&config, left),
                 };
                 states.push(format!("{item};r={left};t={reset}"));
             }
@@ -909,7 +955,6 @@ pub async fn acquire(
     };
     let wait_until = arrived + std::time::Duration::from_millis(wait_ms);
     let limiters = state.rate_limiters.clone();
-    limiters.learn(&limit.name);
     let acquisition = RateAcquisition::new(
         limiters,
         vec![limit],
@@ -1009,9 +1054,6 @@ pub async fn acquire_all(
         names.push(name.name);
     }
     let limiters = state.rate_limiters.clone();
-    for limit in &limits {
-        limiters.learn(&limit.name);
-    }
     let wait_until = arrived + std::time::Duration::from_millis(wait_ms);
     let acquisition = RateAcquisition::new(limiters, limits, names, true, None, wait_until);
     longpoll::respond(&state, headers, timing(arrived, wait_ms), acquisition).await

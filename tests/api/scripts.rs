@@ -66,7 +66,8 @@ async fn rate_limiter_times_are_exact_when_the_interval_is_no_whole_number_of_us
         take(3, 0).await,
         Taken::Admitted {
             permits: 3,
-            available: 0
+            available: 0,
+            config,
         }
     );
     let Taken::Limited { wait_us, .. } = take(3, 0).await else {
@@ -189,11 +190,23 @@ async fn a_settled_reservation_is_never_given_back() {
     let settle = || limiters.settle("s", None, &reservation, Some(&owner), None);
     assert!(matches!(settle().await.unwrap(), Due::In { .. }), "not yet");
     tokio::time::sleep(Duration::from_micros(wait_us + 1000)).await;
-    assert_eq!(settle().await.unwrap(), Due::Now { available: 0 });
+    assert_eq!(
+        settle().await.unwrap(),
+        Due::Now {
+            available: 0,
+            config
+        }
+    );
     for _ in 0..2 {
         assert!(!limiters.give_back("s", None, &owner, 1).await.unwrap());
     }
-    assert_eq!(settle().await.unwrap(), Due::Now { available: 0 });
+    assert_eq!(
+        settle().await.unwrap(),
+        Due::Now {
+            available: 0,
+            config
+        }
+    );
     assert_eq!(
         limiters.state("s", None).await.unwrap().unwrap().available,
         0

@@ -238,15 +238,19 @@ local function load_bucket(key, keyed)
   return l
 end
 
--- Stores tat = now + the lag l in bucket `key` (`limiter`, as loaded).
+-- Stores tat = now + the lag l in bucket `key` (`limiter`, as loaded),
+-- and `last`, when given, as its last acquire.
 --
 -- A key's bucket also stores the configuration it runs under, and lives
 -- only until it is full again (tat has passed): then it expires, and the
 -- key occupies no memory (a full bucket is what a key without one reads
 -- as). A carried-over bucket forgets its last acquire.
-local function store_bucket(key, keyed, l, limiter)
+local function store_bucket(key, keyed, l, limiter, last)
   if not keyed then
     redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]))
+    if last then
+      redis.call('HSET', key, 'last', last)
+    end
     return
   end
   if l[1] == 0 and l[2] == 0 then
@@ -256,12 +260,25 @@ local function store_bucket(key, keyed, l, limiter)
   redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]),
     'rate', limiter.rate, 'per_ms', limiter.per_ms, 'burst', limiter.burst,
     'gen', limiter.gen, 'ver', limiter.ver)
-  if limiter.carried then
+  if last then
+    redis.call('HSET', key, 'last', last)
+  elseif limiter.carried then
     redis.call('HDEL', key, 'last')
   end
+  -- The expiry comes last: nothing written after it could outlive it
+  -- (a write to an expired key would make a new one, without a TTL).
   -- Full again once tat has passed: within this many ms from now (one
   -- more than needed: the ms Redis expires in may have begun before TIME).
   redis.call('PEXPIRE', key, math.floor(l[1] / 1000) + 2)
+end
+
+-- `reply` with the configuration `limiter` runs under appended (rate,
+-- per_ms, burst): what an answer's RateLimit header fields describe.
+local function with_config(reply, limiter)
+  reply[#reply + 1] = limiter.rate
+  reply[#reply + 1] = limiter.per_ms
+  reply[#reply + 1] = limiter.burst
+  return reply
 end
 
 -- The script's own bucket: KEYS[1], of the kind rl_shared.lua or
@@ -273,6 +290,6 @@ local function load_limiter()
   return load_bucket(KEYS[1], KEYED)
 end
 
-local function store_lag(l, limiter)
-  store_bucket(KEYS[1], KEYED, l, limiter)
+local function store_lag(l, limiter, last)
+  store_bucket(KEYS[1], KEYED, l, limiter, last)
 end

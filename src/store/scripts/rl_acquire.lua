@@ -8,7 +8,8 @@
 -- ARGV[3]  attempt id (what a give-back names)
 -- ARGV[4]  how long a record is kept, in ms
 --
--- Returns  {1, k, available}        admitted now
+-- Returns (the first three followed by the bucket's rate, per_ms, burst)
+--          {1, k, available}        admitted now
 --          {2, k, wait_us, gen, slot}  reserved: admitted at `slot` (µs on
 --                                   Redis's clock), wait_us from now, in
 --                                   the incarnation `gen`
@@ -33,9 +34,9 @@ if record then
     return {-1}
   end
   if now >= record.slot then
-    return {1, record.k, rl_answered(record, limiter)}
+    return with_config({1, record.k, rl_answered(record, limiter)}, limiter)
   end
-  return {2, record.k, record.slot - now, record.gen, record.slot}
+  return with_config({2, record.k, record.slot - now, record.gen, record.slot}, limiter)
 end
 if not limiter then
   return {-1}
@@ -53,15 +54,14 @@ if not le(after, BT) then
     wait = wait + 1
   end
   if wait > tonumber(ARGV[2]) then
-    return {0, wait, available(lag(limiter.tat, limiter.frac))}
+    return with_config({0, wait, available(lag(limiter.tat, limiter.frac))}, limiter)
   end
 end
-store_lag(after, limiter)
-redis.call('HSET', KEYS[1], 'last', ARGV[3])
+store_lag(after, limiter, ARGV[3])
 if wait == 0 then
   local a = available(after)
   idem_record(limiter.gen .. '|' .. int(now) .. '|' .. k .. '|' .. a, ARGV[4])
-  return {1, k, a}
+  return with_config({1, k, a}, limiter)
 end
 idem_record(limiter.gen .. '|' .. int(now + wait) .. '|' .. k, ARGV[4])
-return {2, k, wait, limiter.gen, now + wait}
+return with_config({2, k, wait, limiter.gen, now + wait}, limiter)

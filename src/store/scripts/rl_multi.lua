@@ -14,11 +14,13 @@
 --          for a shared bucket
 -- KEYS[n + i]  with '#': bucket i's limiter's hash
 --
--- Returns  {1, 0, slot, 0, gen_1, available_1, ...}  admitted now
---          {2, wait_us, slot, 0, gen_1, available_1, ...}  reserved: every
+-- Returns  {1, 0, slot, 0, gen_1, available_1, rate_1, per_ms_1, burst_1,
+--              ...}  admitted now
+--          {2, wait_us, slot, 0, gen_1, available_1, rate_1, ...}  reserved: every
 --                             bucket's permits are the request's at `slot`
 --                             (µs on Redis's clock), wait_us from now
---          {0, wait_us, 0, i, available_i}  nothing taken: every bucket
+--          {0, wait_us, 0, i, available_i, rate_i, per_ms_i, burst_i}
+--                             nothing taken: every bucket
 --                             admits in wait_us, later than the request
 --                             may wait; bucket i waits longest
 --          {-1, 0, 0, i}      bucket i's limiter does not exist
@@ -82,7 +84,7 @@ local w = math.max(longest, tonumber(ARGV[3]))
 if w > tonumber(ARGV[2]) then
   local b = buckets[worst].limiter
   configure(b.rate, b.per_ms, b.burst)
-  return {0, w, 0, worst, available(buckets[worst].lag)}
+  return with_config({0, w, 0, worst, available(buckets[worst].lag)}, b)
 end
 local reply = {w == 0 and 1 or 2, w, now + w, 0}
 for i = 1, n do
@@ -93,9 +95,9 @@ for i = 1, n do
     from = {w, 0}
   end
   local after = add(from, span(b.k))
-  store_bucket(KEYS[i], b.keyed, after, b.limiter)
-  redis.call('HSET', KEYS[i], 'last', ARGV[1])
+  store_bucket(KEYS[i], b.keyed, after, b.limiter, ARGV[1])
   reply[#reply + 1] = b.limiter.gen
   reply[#reply + 1] = available(after)
+  with_config(reply, b.limiter)
 end
 return reply

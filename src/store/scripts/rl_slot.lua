@@ -10,7 +10,7 @@
 -- ARGV[3]  the attempt id of the acquire that reserved, where the
 --          reservation could be given back (no Idempotency-Key), or ''
 --
--- Returns  {1, available}  the time has come: settled. `available` is what
+-- Returns  {1, available, rate, per_ms, burst}  the time has come: settled. `available` is what
 --                          the limiter could admit now, or with a key the
 --                          key's first answer's (rl_record.lua)
 --          {0, wait_us}    not yet (the instance's clock is a little
@@ -39,6 +39,6 @@ if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'last') == ARGV[3] then
   redis.call('HDEL', KEYS[1], 'last')
 end
 if record and record.gen == ARGV[1] and record.slot == slot then
-  return {1, rl_answered(record, limiter)}
+  return with_config({1, rl_answered(record, limiter)}, limiter)
 end
-return {1, available(lag(limiter.tat, limiter.frac))}
+return with_config({1, available(lag(limiter.tat, limiter.frac))}, limiter)
