@@ -19,6 +19,7 @@ mod ops;
 mod owners;
 mod owners_rw_sem;
 mod queues;
+mod ratelimit_keys;
 mod ratelimiters;
 mod redlock;
 mod rwlocks;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::helpers::*;
 
 /// `PUT /rate-limiters/{name}`, asserting 200; returns the status.
-async fn configure(app: &TestApp, name: &str, body: Value) -> Value {
+pub(crate) async fn configure(app: &TestApp, name: &str, body: Value) -> Value {
     let response = app
         .client
         .put(app.url(&format!("/rate-limiters/{name}")))
@@ -27,13 +27,13 @@ async fn configure(app: &TestApp, name: &str, body: Value) -> Value {
     response.json().await.expect("status is JSON")
 }
 
-async fn acquire(app: &TestApp, name: &str, body: Value) -> Response {
+pub(crate) async fn acquire(app: &TestApp, name: &str, body: Value) -> Response {
     app.post(&format!("/rate-limiters/{name}/acquire"), body)
         .await
 }
 
 /// Acquires and asserts 200; returns the answer.
-async fn admitted(app: &TestApp, name: &str, body: Value) -> Value {
+pub(crate) async fn admitted(app: &TestApp, name: &str, body: Value) -> Value {
     let response = acquire(app, name, body).await;
     assert_eq!(response.status(), StatusCode::OK, "acquire {name}");
     response.json().await.expect("JSON")
@@ -41,7 +41,7 @@ async fn admitted(app: &TestApp, name: &str, body: Value) -> Value {
 
 /// Acquires and asserts 429 `rate-limited` with a consistent
 /// `Retry-After`; returns the problem.
-async fn limited(app: &TestApp, name: &str, body: Value) -> Value {
+pub(crate) async fn limited(app: &TestApp, name: &str, body: Value) -> Value {
     let response = acquire(app, name, body).await;
     let retry_after: u64 = response
         .headers()
