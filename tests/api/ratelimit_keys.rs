@@ -45,6 +45,18 @@ async fn available(app: &TestApp, name: &str, key: Option<&str>) -> u64 {
         .expect("available")
 }
 
+/// A real Cluster of three masters and an instance on it (started on the
+/// test's own thread, as every Redis must be).
+async fn on_a_cluster() -> (RedisCluster, TestApp) {
+    let cluster = RedisCluster::start(3).expect("cluster starts");
+    let app = spawn_app(Config {
+        redis_mode: RedisMode::Cluster,
+        ..test_config_for(cluster.urls())
+    })
+    .await;
+    (cluster, app)
+}
+
 /// 1. Each key's bucket admits at most `burst + rate × elapsed / per_ms`
 /// and comes close to it, with 8 clients per key spread over two
 /// instances (a quarter of them reserving with `wait_ms`, the others
@@ -315,12 +327,7 @@ async fn a_configuration_change_reaches_every_key_within_a_second_across_instanc
 /// master, and a key's acquire admits, refuses and waits there.
 #[tokio::test]
 async fn on_a_cluster_a_limiters_keys_spread_over_the_masters_and_work() {
-    let cluster = RedisCluster::start(3).expect("cluster starts");
-    let app = spawn_app(Config {
-        redis_mode: RedisMode::Cluster,
-        ..test_config_for(cluster.urls())
-    })
-    .await;
+    let (cluster, app) = on_a_cluster().await;
     configure(
         &app,
         "spread",
@@ -386,12 +393,7 @@ async fn several_limits_are_taken_all_or_nothing_with_a_computed_wait() {
 /// back on refusal).
 #[tokio::test]
 async fn on_a_cluster_several_limits_are_taken_all_or_nothing_with_a_computed_wait() {
-    let cluster = RedisCluster::start(3).expect("cluster starts");
-    let app = spawn_app(Config {
-        redis_mode: RedisMode::Cluster,
-        ..test_config_for(cluster.urls())
-    })
-    .await;
+    let (_cluster, app) = on_a_cluster().await;
     several_limits_all_or_nothing(&app).await;
 }
 
@@ -419,12 +421,7 @@ async fn when_two_limits_refuse_retry_after_is_when_both_admit() {
 #[tokio::test]
 #[ignore = "defect: on a Cluster, retry_after_ms of several limits is the first refusing limit's wait, not when all admit"]
 async fn on_a_cluster_when_two_limits_refuse_retry_after_is_when_both_admit() {
-    let cluster = RedisCluster::start(3).expect("cluster starts");
-    let app = spawn_app(Config {
-        redis_mode: RedisMode::Cluster,
-        ..test_config_for(cluster.urls())
-    })
-    .await;
+    let (_cluster, app) = on_a_cluster().await;
     retry_after_is_when_every_limit_admits(&app).await;
 }
 
