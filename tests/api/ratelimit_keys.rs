@@ -591,9 +591,12 @@ async fn several_limits_all_or_nothing(app: &TestApp) {
     assert!((150..=250).contains(&retry), "{problem}");
     let due_from = sent + Duration::from_millis(retry);
     let due_to = answered + Duration::from_millis(retry);
+    // The waiter lists `wa` first: on a Cluster, reserved for 100 ms
+    // first, then again for `wb`'s instant.
+    let reversed = json!([{"name": "wa", "key": "k"}, {"name": "wb"}]);
     let waiter = app.spawn_post(
         "/rate-limiters/acquire",
-        json!({"limits": both, "wait_ms": 2000}),
+        json!({"limits": reversed, "wait_ms": 2000}),
     );
     // Meanwhile `wa`'s key could admit, but its next permit is the
     // waiter's, at the instant `wb` admits: another request is refused
@@ -618,8 +621,8 @@ async fn several_limits_all_or_nothing(app: &TestApp) {
     assert_eq!(
         grant,
         json!({"limits": [
-            {"name": "wb", "key": null, "permits": 1, "available": 0},
             {"name": "wa", "key": "k", "permits": 1, "available": 0},
+            {"name": "wb", "key": null, "permits": 1, "available": 0},
         ]})
     );
 }
