@@ -172,20 +172,21 @@ async fn keys_are_independent_of_each_other_and_of_the_shared_bucket() {
 /// 3. 10 000 distinct keys leave nothing behind once full again: only the
 /// limiter's own hash remains. A key's bucket has a TTL while not full.
 ///
-/// Defect (seen in 2 of 6 runs, each time with other tests running
+/// Defect (seen in 4 of 14 runs, each time with other tests running
 /// alongside; never alone): PUT `many` (1000 per 1000 ms, burst 1000),
 /// then one acquire of 1 permit for each of 10 000 keys, 64 at a time, all
 /// answered 200; 1.1 s later `KEYS *` still lists one bucket, e.g.
-/// `latchkey:{many|19e9ca81}:rlk:user-987`, holding only
+/// `latchkey:{many|2750ce52}:rlk:user-6043`, holding only
 /// `last = <attempt id>` and with no TTL (PTTL -1): it never goes away.
-/// Expected: only `latchkey:{many}:rl`. The only writes of `last` are
-/// `rl_acquire.lua`'s and `rl_multi.lua`'s HSET after `store_bucket`
-/// (which DELs the bucket when its lag is zero, else HSETs it and sets a
-/// PEXPIRE of a few ms): a bucket that is gone by then gets `last` alone
-/// and no TTL. What removed it first is not pinned down (a PEXPIRE inside
-/// a slow script does not delete the key on Redis 7.0.15: checked by
-/// hand). Writing `last` in `store_bucket`'s HSET, before its PEXPIRE,
-/// and never after a DEL, would leave no such key whatever the cause.
+/// Expected: only `latchkey:{many}:rl`. Redis's MONITOR showed that key's
+/// one script (`rl_acquire.lua`, EVALSHA at 646.981992): HMGET; HSET tat,
+/// frac, rate, ... at .982043; PEXPIRE 2 at .986127 (4 ms later: Redis
+/// was descheduled mid-script); HSET last at .986201. Nothing else
+/// touched the key. So the bucket was gone by the HSET of `last` (its
+/// 2 ms had passed), which made it anew with `last` alone and no TTL.
+/// `rl_multi.lua` has the same order (`store_bucket`, then HSET last).
+/// Writing `last` in `store_bucket`'s HSET, before its PEXPIRE, and never
+/// after a DEL, would leave no such key.
 #[tokio::test]
 #[ignore = "defect: under load a key's bucket is left in Redis with only `last` and no TTL (HSET last after its PEXPIRE)"]
 async fn ten_thousand_keys_leave_nothing_behind_once_full_again() {
