@@ -20,6 +20,7 @@ mod owners;
 mod owners_rw_sem;
 mod queues;
 mod ratelimit_attacks;
+mod ratelimit_keys;
 mod ratelimiters;
 mod redlock;
 mod rwlocks;

@@ -33,7 +33,7 @@ pub(crate) async fn acquire(app: &TestApp, name: &str, body: Value) -> Response 
 }
 
 /// Acquires and asserts 200; returns the answer.
-async fn admitted(app: &TestApp, name: &str, body: Value) -> Value {
+pub(crate) async fn admitted(app: &TestApp, name: &str, body: Value) -> Value {
     let response = acquire(app, name, body).await;
     assert_eq!(response.status(), StatusCode::OK, "acquire {name}");
     response.json().await.expect("JSON")
@@ -41,7 +41,7 @@ async fn admitted(app: &TestApp, name: &str, body: Value) -> Value {
 
 /// Acquires and asserts 429 `rate-limited` with a consistent
 /// `Retry-After`; returns the problem.
-async fn limited(app: &TestApp, name: &str, body: Value) -> Value {
+pub(crate) async fn limited(app: &TestApp, name: &str, body: Value) -> Value {
     let response = acquire(app, name, body).await;
     let retry_after: u64 = response
         .headers()
