@@ -80,7 +80,8 @@ pub const VARIABLES: [&str; 6] = [
 #[command(
     name = "latchkey",
     version,
-    about = "latchkey's client tools: run a command under a lock, use a latch, or list and inspect objects",
+    about = "latchkey's client tools: run a command under a lock or in a session, take rate-limiter \
+             permits, use a latch, or list and inspect objects",
     after_help = "Exit codes: the command's own (128+n if signal n ended it, or came \
                   while waiting for the hold); 64 refused or bad usage; 69 latchkey unreachable; \
                   75 not acquired (latch: not open; rate: not admitted) within the wait; \
