@@ -1,6 +1,7 @@
-//! Runs a command under a hold: heartbeats at the service's interval while
-//! it runs, stops it when the hold is lost, forwards SIGINT, SIGTERM and
-//! SIGHUP to it, and releases the hold when it exits.
+//! Runs a command under a hold (or a session, whose heartbeats renew the
+//! holds taken in it): heartbeats at the service's interval while it
+//! runs, stops it when the hold is lost, forwards SIGINT, SIGTERM and
+//! SIGHUP to it, and releases the hold (ends the session) when it exits.
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
