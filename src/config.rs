@@ -1012,6 +1012,7 @@ mod tests {
                 "HOME",
                 "LATCHKEY_URL",
                 "LATCHKEY_FENCING_TOKEN",
+                "LATCHKEY_SESSION",
             ]
             .map(String::from),
         );

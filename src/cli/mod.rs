@@ -1,7 +1,8 @@
 //! `latchkey` as a client of a latchkey service, in the same binary as the
 //! server: run a command under a lock, a read or write lock or semaphore
-//! permits, wait on a latch or count one down, list objects or show one
-//! (README "Client tools").
+//! permits, wait on a latch or count one down, take rate-limiter permits,
+//! run a command in a session, list objects or show one (README "Client
+//! tools").
 //!
 //! ```text
 //! latchkey lock NAME [--fair] [--wait-ms N] [--lease-ms N] [--holder ID] -- cmd args…
@@ -9,6 +10,9 @@
 //! latchkey semaphore NAME [--permits K] … -- cmd args…
 //! latchkey latch wait NAME [--wait-ms N]
 //! latchkey latch count-down NAME [--by N] [--idempotency-key K]
+//! latchkey rate NAME [--key K] [--permits N] [--wait-ms N] [-- cmd args…]
+//! latchkey rate NAME --configure --rate N --per-ms P [--burst B]
+//! latchkey session [--ttl-ms N] -- cmd args…
 //! latchkey ls KIND [--prefix P] [--limit N] [--json]
 //! latchkey status KIND NAME [--json]
 //! ```
@@ -27,7 +31,7 @@ use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
-use service::{Answer, Failure, Service};
+use service::{Again, Answer, Failure, Service};
 use supervise::{Hold, Signals};
 
 /// Exit codes of the client commands besides the command's own (and 128+n
@@ -40,7 +44,8 @@ pub mod exit {
     pub const UNAVAILABLE: u8 = 69;
     /// Not acquired within the wait (a latch: not open within the wait).
     pub const NOT_ACQUIRED: u8 = 75;
-    /// The hold was lost while the command ran; the command was stopped.
+    /// The hold (or the session) was lost while the command ran; the
+    /// command was stopped.
     pub const HOLD_LOST: u8 = 76;
     /// The command could not be started (not executable).
     pub const CANNOT_EXECUTE: u8 = 126;
@@ -49,12 +54,22 @@ pub mod exit {
 }
 
 /// The first words that make `latchkey` a client rather than the server.
-const SUBCOMMANDS: [&str; 6] = ["lock", "rwlock", "semaphore", "latch", "ls", "status"];
+const SUBCOMMANDS: [&str; 8] = [
+    "lock",
+    "rwlock",
+    "semaphore",
+    "latch",
+    "rate",
+    "session",
+    "ls",
+    "status",
+];
 
 /// Variables the client tools read or set, which the server knows are not
 /// its own settings.
-pub const VARIABLES: [&str; 5] = [
+pub const VARIABLES: [&str; 6] = [
     "LATCHKEY_URL",
+    "LATCHKEY_SESSION",
     "LATCHKEY_API_KEY",
     "LATCHKEY_NAME",
     "LATCHKEY_HOLDER",
@@ -65,11 +80,12 @@ pub const VARIABLES: [&str; 5] = [
 #[command(
     name = "latchkey",
     version,
-    about = "latchkey's client tools: run a command under a lock, use a latch, or list and inspect objects",
+    about = "latchkey's client tools: run a command under a lock or in a session, take rate-limiter \
+             permits, use a latch, or list and inspect objects",
     after_help = "Exit codes: the command's own (128+n if signal n ended it, or came \
                   while waiting for the hold); 64 refused or bad usage; 69 latchkey unreachable; \
-                  75 not acquired (latch: not open) within the wait; \
-                  76 the hold was lost and the command stopped; \
+                  75 not acquired (latch: not open; rate: not admitted) within the wait; \
+                  76 the hold (or session) was lost and the command stopped; \
                   126/127 the command could not be run. \
                   `latchkey` or `latchkey serve` runs the server."
 )]
@@ -116,6 +132,24 @@ enum Command {
     /// Wait on a count-down latch, or count one down.
     #[command(subcommand)]
     Latch(LatchCommand),
+    /// Take permits of a rate limiter (configured first, with --configure
+    /// or PUT), then run a command if one is given; exit 75 when not
+    /// admitted within the wait.
+    Rate(RateArgs),
+    /// Run a command in a session: holds its nested `latchkey lock
+    /// --session "$LATCHKEY_SESSION"` (and siblings) take live as long as
+    /// the session, which is renewed while the command runs and ended
+    /// (releasing them all) when it exits.
+    Session {
+        #[command(flatten)]
+        service: ServiceArgs,
+        /// The session's TTL, in ms (renewed by heartbeats while the
+        /// command runs); the service's default when omitted.
+        #[arg(long)]
+        ttl_ms: Option<u64>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// List the objects of a kind (every page): name, state and holders' owners.
     Ls {
         /// locks, fair-locks, rwlocks, semaphores, latches, redlocks,
@@ -209,10 +243,27 @@ struct HoldArgs {
     /// the hold); a random one when omitted.
     #[arg(long)]
     holder: Option<String>,
-    /// The owner label of the hold: not a secret, shown to every client of
-    /// the namespace (state reads, listings, and to whoever is refused).
-    /// Default: "<host> pid <pid> <command>". At most 200 bytes; control
-    /// characters are replaced.
+    /// Take the hold in this session (`latchkey session` sets
+    /// LATCHKEY_SESSION for its command), in place of a lease: the
+    /// session renews it, and its end releases it.
+    #[arg(
+        long,
+        env = "LATCHKEY_SESSION",
+        hide_env_values = true,
+        conflicts_with = "lease_ms"
+    )]
+    session: Option<String>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// The command a hold (or a session) runs, and how.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The owner label of the hold (or session): not a secret, shown to
+    /// every client of the namespace (state reads, listings, and to
+    /// whoever is refused). Default: "<host> pid <pid> <command>". At most
+    /// 200 bytes; control characters are replaced.
     #[arg(long)]
     owner: Option<String>,
     /// After the hold is lost, how long the command has between SIGTERM
@@ -221,6 +272,42 @@ struct HoldArgs {
     kill_after_ms: u64,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct RateArgs {
+    /// The rate limiter's name.
+    name: String,
+    #[command(flatten)]
+    service: ServiceArgs,
+    /// Draw from this key's own bucket (a user, an IP address), with the
+    /// limiter's configuration; without it, the limiter's one bucket.
+    #[arg(long, conflicts_with = "configure")]
+    key: Option<String>,
+    /// How many permits to take.
+    #[arg(long, default_value_t = 1, conflicts_with = "configure")]
+    permits: u64,
+    /// How long to wait for the permits, in ms (0: now or never).
+    #[arg(long, default_value_t = 0, conflicts_with = "configure")]
+    wait_ms: u64,
+    /// Configure the limiter (PUT) instead of taking permits: --rate
+    /// permits per --per-ms, at most --burst at once. Prints the
+    /// configuration.
+    #[arg(long, requires_all = ["rate", "per_ms"])]
+    configure: bool,
+    /// With --configure: permits per --per-ms.
+    #[arg(long, requires = "configure")]
+    rate: Option<u64>,
+    /// With --configure: the period of --rate, in ms.
+    #[arg(long, requires = "configure")]
+    per_ms: Option<u64>,
+    /// With --configure: the most permits admitted at once (default: --rate).
+    #[arg(long, requires = "configure")]
+    burst: Option<u64>,
+    /// The command to run once admitted, after `--` (without one, latchkey
+    /// exits 0 when admitted).
+    #[arg(last = true, value_name = "COMMAND", conflicts_with = "configure")]
     command: Vec<OsString>,
 }
 
@@ -267,6 +354,13 @@ async fn run(command: Command) -> u8 {
             let kind = Kind::Semaphore { permits };
             hold_and_run(Target { kind, name }, hold).await
         }
+        Command::Rate(args) if args.configure => configure_rate(&args).await,
+        Command::Rate(args) => rate(args).await,
+        Command::Session {
+            service,
+            ttl_ms,
+            run,
+        } => session(&service, ttl_ms, run).await,
         Command::Latch(LatchCommand::Wait {
             name,
             service,
@@ -391,16 +485,7 @@ impl Target {
     /// leaves the queue; `Err` when no answer came within
     /// [`RELEASE_TIMEOUT`].
     async fn release(&self, service: &Service, holder: &str) -> Result<Answer, String> {
-        let path = self.release_path(holder);
-        service
-            .call(
-                Method::DELETE,
-                &path,
-                None,
-                HeaderMap::new(),
-                RELEASE_TIMEOUT,
-            )
-            .await
+        delete(service, &self.release_path(holder)).await
     }
 
     /// Whether a wait for it takes a place in a queue that outlasts the
@@ -422,6 +507,20 @@ impl Target {
             }
         }
     }
+}
+
+/// Sends a DELETE of `path` (a release, a leave, the end of a session);
+/// `Err` when no answer came within [`RELEASE_TIMEOUT`].
+async fn delete(service: &Service, path: &str) -> Result<Answer, String> {
+    service
+        .call(
+            Method::DELETE,
+            path,
+            None,
+            HeaderMap::new(),
+            RELEASE_TIMEOUT,
+        )
+        .await
 }
 
 /// A name or holder as one path segment. Valid ones are URL-safe as they
@@ -453,7 +552,8 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
     let service = args.service.service()?;
     let holder = args.holder.unwrap_or_else(random_holder);
-    let owner = owner_label(args.owner.as_deref(), &args.command);
+    let owner = owner_label(args.run.owner.as_deref(), &args.run.command);
+    let session = args.session.as_deref();
     let what = target.describe();
     // From here on SIGINT, SIGTERM and SIGHUP no longer end latchkey at
     // once: while it waits, they end the wait (and it leaves the queue);
@@ -462,7 +562,7 @@ async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
     let waited = tokio::select! {
         // Cancel safety: dropping the wait drops its request in flight;
         // whatever that request got is left below.
-        acquired = acquire(&service, &target, &holder, &owner, args.lease_ms, args.wait_ms) => {
+        acquired = acquire(&service, &target, &holder, &owner, args.lease_ms, session, args.wait_ms) => {
             acquired.map_err(|failure| Stop::from_failure(&what, failure))
         }
         signal = signals.recv() => Err(Stop::new(
@@ -479,12 +579,12 @@ async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
             return Err(stop);
         }
     };
-    let hold = Hold::new(service, target, holder, &grant);
+    let hold = Hold::new(service, target, holder, &grant, session.is_some());
     supervise::run(
-        hold,
+        Some(hold),
         signals,
-        args.command,
-        Duration::from_millis(args.kill_after_ms),
+        args.run.command,
+        Duration::from_millis(args.run.kill_after_ms),
     )
     .await
 }
@@ -502,15 +602,16 @@ async fn leave(service: &Service, target: &Target, holder: &str, signals: &mut S
     }
 }
 
-/// Acquires `target` for `holder`, waiting as asked. While it waits, each
-/// new set of owners that hold it (the refusals' `held_by`) is said on
-/// stderr.
+/// Acquires `target` for `holder` (in `session`, or for `lease_ms`),
+/// waiting as asked. While it waits, each new set of owners that hold it
+/// (the refusals' `held_by`) is said on stderr.
 async fn acquire(
     service: &Service,
     target: &Target,
     holder: &str,
     owner: &str,
     lease_ms: Option<u64>,
+    session: Option<&str>,
     wait_ms: Option<u64>,
 ) -> Result<Value, Failure> {
     let path = target.acquire_path();
@@ -526,7 +627,7 @@ async fn acquire(
                 if pending {
                     seen.borrow_mut().0 = answer.held_by();
                 }
-                pending
+                pending.then_some(Again::Now)
             },
             |piece_ms, timeout| {
                 // A try after a refusal: the wait goes on.
@@ -539,6 +640,9 @@ async fn acquire(
                 let mut body = json!({"holder": holder, "owner": owner, "wait_ms": piece_ms});
                 if let Some(lease_ms) = lease_ms {
                     body["lease_ms"] = json!(lease_ms);
+                }
+                if let Some(session) = session {
+                    body["session"] = json!(session);
                 }
                 if let Kind::Semaphore { permits } = target.kind {
                     body["permits"] = json!(permits);
@@ -561,7 +665,9 @@ async fn latch_wait(name: &str, args: &ServiceArgs, wait_ms: Option<u64>) -> Res
     let answer = service
         .wait_for(
             wait_ms.map(Duration::from_millis),
-            |answer: &Answer| answer.status.is_success() && answer.body["open"] == false,
+            |answer: &Answer| {
+                (answer.status.is_success() && answer.body["open"] == false).then_some(Again::Now)
+            },
             |piece_ms, timeout| {
                 let path = format!("/latches/{}/wait?wait_ms={piece_ms}", segment(name));
                 let service = &service;
@@ -604,34 +710,158 @@ async fn count_down(
     let key = HeaderValue::from_str(&key)
         .map_err(|_| Stop::new(exit::USAGE, "--idempotency-key must be printable ASCII"))?;
     let path = format!("/latches/{}/count-down", segment(name));
-    let body = json!({"by": by});
+    let mut headers = HeaderMap::new();
+    headers.insert("idempotency-key", key);
     // A count-down with a key may be repeated safely: a lost answer or a
     // 503 is retried for up to 10 s, and counts once.
-    let answer = service
+    let answer = send(
+        &service,
+        Method::POST,
+        &path,
+        &json!({"by": by}),
+        headers,
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|failure| Stop::from_failure(&what, failure))?;
+    println!("{}", answer.body);
+    Ok(0)
+}
+
+/// Sends a request that waits for nothing; a lost answer, a 429 or a 5xx
+/// is sent again for up to `retry_for` (zero: sent once), so only a
+/// request that is safe to repeat may have a `retry_for`.
+async fn send(
+    service: &Service,
+    method: Method,
+    path: &str,
+    body: &Value,
+    headers: HeaderMap,
+    retry_for: Duration,
+) -> Result<Answer, Failure> {
+    service
         .wait_for(
-            Some(Duration::from_secs(10)),
-            |_| false,
-            |_, _| {
-                let mut headers = HeaderMap::new();
-                headers.insert("idempotency-key", key.clone());
-                let (service, path, body) = (&service, &path, &body);
+            Some(retry_for),
+            |_| None,
+            |_, timeout| {
+                let (method, headers) = (method.clone(), headers.clone());
                 async move {
                     service
-                        .call(
-                            Method::POST,
-                            path,
-                            Some(body),
-                            headers,
-                            Duration::from_secs(10),
-                        )
+                        .call(method, path, Some(body), headers, timeout)
                         .await
                 }
             },
         )
         .await
-        .map_err(|failure| Stop::from_failure(&what, failure))?;
+}
+
+/// `latchkey rate NAME`: takes the permits, waiting up to `--wait-ms` for
+/// them (the service says when they come: a wait that cannot last that
+/// long ends at once), then runs the command, if one is given.
+async fn rate(args: RateArgs) -> Result<u8, Stop> {
+    let service = args.service.service()?;
+    let what = match &args.key {
+        Some(key) => format!("rate limiter {} (key {key:?})", args.name),
+        None => format!("rate limiter {}", args.name),
+    };
+    let path = format!("/rate-limiters/{}/acquire", segment(&args.name));
+    let mut body = json!({"permits": args.permits});
+    if let Some(key) = &args.key {
+        body["key"] = json!(key);
+    }
+    let admitted = service
+        .wait_for(
+            Some(Duration::from_millis(args.wait_ms)),
+            |answer| {
+                let limited = answer.status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                    && answer.slug() == "rate-limited";
+                limited.then(|| Again::After(answer.retry_after()))
+            },
+            |piece_ms, timeout| {
+                let mut body = body.clone();
+                body["wait_ms"] = json!(piece_ms);
+                let (service, path) = (&service, &path);
+                async move {
+                    service
+                        .call(Method::POST, path, Some(&body), HeaderMap::new(), timeout)
+                        .await
+                }
+            },
+        )
+        .await;
+    match admitted {
+        Ok(_) => {}
+        Err(Failure::NotYet(answer)) => {
+            return Err(Stop::new(
+                exit::NOT_ACQUIRED,
+                format!(
+                    "{what}: not admitted within the wait; {} permit(s) come in {} ms",
+                    args.permits, answer.body["retry_after_ms"]
+                ),
+            ));
+        }
+        Err(failure) => return Err(Stop::from_failure(&what, failure)),
+    }
+    if args.command.is_empty() {
+        return Ok(0);
+    }
+    supervise::run(None, Signals::install(), args.command, Duration::ZERO).await
+}
+
+/// `latchkey rate NAME --configure`: PUTs the configuration (safe to
+/// repeat: retried for up to 10 s) and prints it.
+async fn configure_rate(args: &RateArgs) -> Result<u8, Stop> {
+    let service = args.service.service()?;
+    let what = format!("rate limiter {}", args.name);
+    let mut body = json!({"rate": args.rate, "per_ms": args.per_ms});
+    if let Some(burst) = args.burst {
+        body["burst"] = json!(burst);
+    }
+    let path = format!("/rate-limiters/{}", segment(&args.name));
+    let answer = send(
+        &service,
+        Method::PUT,
+        &path,
+        &body,
+        HeaderMap::new(),
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|failure| Stop::from_failure(&what, failure))?;
     println!("{}", answer.body);
     Ok(0)
+}
+
+/// `latchkey session -- cmd`: creates a session (one request: a repeated
+/// one could leave a second session behind until its TTL), runs the
+/// command with `LATCHKEY_SESSION` in its environment while heartbeats
+/// renew it, and ends it (releasing every hold taken in it) when the
+/// command exits; a lost session stops the command as a lost hold does.
+async fn session(args: &ServiceArgs, ttl_ms: Option<u64>, run: RunArgs) -> Result<u8, Stop> {
+    let service = args.service()?;
+    let mut body = json!({"owner": owner_label(run.owner.as_deref(), &run.command)});
+    if let Some(ttl_ms) = ttl_ms {
+        body["ttl_ms"] = json!(ttl_ms);
+    }
+    let created = send(
+        &service,
+        Method::POST,
+        "/sessions",
+        &body,
+        HeaderMap::new(),
+        Duration::ZERO,
+    )
+    .await
+    .map_err(|failure| Stop::from_failure("session", failure))?;
+    let signals = Signals::install();
+    let hold = Hold::session(service, &created.body);
+    supervise::run(
+        Some(hold),
+        signals,
+        run.command,
+        Duration::from_millis(run.kill_after_ms),
+    )
+    .await
 }
 
 /// The longest owner label the service accepts, in bytes.

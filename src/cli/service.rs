@@ -58,13 +58,24 @@ impl Answer {
     }
 
     /// When to ask again: `retry_after_ms`, else `Retry-After`, else 1 s.
-    fn retry_after(&self) -> Duration {
+    pub fn retry_after(&self) -> Duration {
         match (self.body["retry_after_ms"].as_u64(), self.retry_after_secs) {
             (Some(ms), _) => Duration::from_millis(ms),
             (None, Some(secs)) => Duration::from_secs(secs),
             (None, None) => Duration::from_secs(1),
         }
     }
+}
+
+/// What a wait makes of an answer that is not yet what it waits for.
+#[derive(Debug, Clone, Copy)]
+pub enum Again {
+    /// Ask again at once: a long-poll ended without it, and it may come
+    /// any time.
+    Now,
+    /// The service says it comes after this long, and not before: ask
+    /// again then, or give up at once when that is after the wait.
+    After(Duration),
 }
 
 /// Why a request or a wait did not get what it asked for.
@@ -168,7 +179,8 @@ impl Service {
     }
 
     /// Tries `attempt(wait_ms, timeout)` until the service answers with
-    /// success that `pending` does not call "not yet", or until `wait` has
+    /// success that `pending` does not call "not yet" (saying when to ask
+    /// again: [`Again`]), or until `wait` has
     /// passed (`None`: for as long as it takes). Each try long-polls for
     /// what is left of the wait and at most the service's longest
     /// long-poll, which the service states when it refuses a longer one.
@@ -177,7 +189,7 @@ impl Service {
     pub async fn wait_for<F, Fut>(
         &self,
         wait: Option<Duration>,
-        pending: impl Fn(&Answer) -> bool,
+        pending: impl Fn(&Answer) -> Option<Again>,
         mut attempt: F,
     ) -> Result<Answer, Failure>
     where
@@ -197,11 +209,15 @@ impl Service {
                 Ok(answer) => {
                     let retry = answer.status == StatusCode::TOO_MANY_REQUESTS
                         || answer.status.is_server_error();
-                    if pending(&answer) {
-                        if out_of_time {
+                    if let Some(again) = pending(&answer) {
+                        let pause = match again {
+                            Again::Now => Duration::ZERO,
+                            Again::After(pause) => pause,
+                        };
+                        if deadline.is_some_and(|d| Instant::now() + pause >= d) {
                             return Err(Failure::NotYet(answer));
                         }
-                        Duration::ZERO
+                        pause
                     } else if answer.status.is_success() {
                         return Ok(answer);
                     } else if let Some(maximum) = longer_than_service_waits(&answer, piece_ms) {

@@ -1,6 +1,7 @@
-//! Runs a command under a hold: heartbeats at the service's interval while
-//! it runs, stops it when the hold is lost, forwards SIGINT, SIGTERM and
-//! SIGHUP to it, and releases the hold when it exits.
+//! Runs a command under a hold (or a session, whose heartbeats renew the
+//! holds taken in it): heartbeats at the service's interval while it
+//! runs, stops it when the hold is lost, forwards SIGINT, SIGTERM and
+//! SIGHUP to it, and releases the hold (ends the session) when it exits.
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -15,14 +16,12 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use super::service::Service;
-use super::{Stop, Target, exit};
+use super::{Stop, Target, delete, exit, segment};
 
 /// A hold the client has, and how to keep it.
 pub struct Hold {
     service: Service,
-    target: Target,
-    holder: String,
-    fencing_token: u64,
+    kept: Kept,
     /// When the hold ends by the client's own clock unless renewed: the
     /// lease counted from when the heartbeat that renewed it was sent (it
     /// started a little later on the service), or from when the grant
@@ -32,14 +31,50 @@ pub struct Hold {
     interval: Duration,
 }
 
+/// What a hold is of.
+enum Kept {
+    /// A hold of an object; `in_session`: taken in a session, which
+    /// renews it (the client sends no heartbeats of its own).
+    Object {
+        target: Target,
+        holder: String,
+        fencing_token: u64,
+        in_session: bool,
+    },
+    /// A session (`POST /sessions`), and every hold taken in it.
+    Session { id: String },
+}
+
 impl Hold {
-    /// The hold a grant describes, taken by a request sent at most now.
-    pub fn new(service: Service, target: Target, holder: String, grant: &Value) -> Self {
-        let mut hold = Hold {
-            service,
+    /// The hold a grant describes, taken by a request sent at most now
+    /// (in a session when `in_session`).
+    pub fn new(
+        service: Service,
+        target: Target,
+        holder: String,
+        grant: &Value,
+        in_session: bool,
+    ) -> Self {
+        let fencing_token = grant["fencing_token"].as_u64().unwrap_or(0);
+        let kept = Kept::Object {
             target,
             holder,
-            fencing_token: grant["fencing_token"].as_u64().unwrap_or(0),
+            fencing_token,
+            in_session,
+        };
+        Hold::of(service, kept, grant)
+    }
+
+    /// The session a creation's answer describes.
+    pub fn session(service: Service, grant: &Value) -> Self {
+        let id = grant["session"].as_str().unwrap_or_default().to_string();
+        Hold::of(service, Kept::Session { id }, grant)
+    }
+
+    fn of(service: Service, kept: Kept, grant: &Value) -> Self {
+        let mut hold = Hold {
+            service,
+            kept,
             valid_until: Instant::now(),
             interval: Duration::ZERO,
         };
@@ -47,19 +82,61 @@ impl Hold {
         hold
     }
 
-    /// Takes in a grant of a request sent at `sent`.
+    /// How messages name it: `lock orders`, `session`.
+    fn describe(&self) -> String {
+        match &self.kept {
+            Kept::Object { target, .. } => target.describe(),
+            Kept::Session { .. } => "session".into(),
+        }
+    }
+
+    /// Where its heartbeats go; `None` when the client sends none.
+    fn heartbeat_path(&self) -> Option<String> {
+        match &self.kept {
+            Kept::Object {
+                in_session: true, ..
+            } => None,
+            Kept::Object { target, holder, .. } => {
+                Some(format!("{}/heartbeat", target.holder_path(holder)))
+            }
+            Kept::Session { id } => Some(format!("/sessions/{}/heartbeat", segment(id))),
+        }
+    }
+
+    /// What the command finds in its environment.
+    fn environment(&self) -> Vec<(&'static str, String)> {
+        match &self.kept {
+            Kept::Object {
+                target,
+                holder,
+                fencing_token,
+                ..
+            } => vec![
+                ("LATCHKEY_NAME", target.name.clone()),
+                ("LATCHKEY_HOLDER", holder.clone()),
+                ("LATCHKEY_FENCING_TOKEN", fencing_token.to_string()),
+            ],
+            Kept::Session { id } => vec![("LATCHKEY_SESSION", id.clone())],
+        }
+    }
+
+    /// Takes in a grant of a request sent at `sent` (a session's has its
+    /// `ttl_ms` where a hold's has `expires_in_ms`).
     fn renewed(&mut self, grant: &Value, sent: Instant) {
-        let lease = Duration::from_millis(grant["expires_in_ms"].as_u64().unwrap_or(0));
-        self.valid_until = sent + lease;
+        let lease = grant["expires_in_ms"].as_u64().or(grant["ttl_ms"].as_u64());
+        self.valid_until = sent + Duration::from_millis(lease.unwrap_or(0));
         self.interval = Duration::from_millis(grant["heartbeat_interval_ms"].as_u64().unwrap_or(0))
             .max(Duration::from_millis(50));
     }
 
-    /// Heartbeats until the hold is lost, and says why it was. A heartbeat
-    /// that fails for another reason than "not held" is tried again at a
-    /// third of the interval while the lease lasts by the client's clock.
+    /// Heartbeats until the hold is lost, and says why it was (never, when
+    /// the client sends no heartbeats). A heartbeat that fails for another
+    /// reason than "not held" is tried again at a third of the interval
+    /// while the lease lasts by the client's clock.
     async fn keep(&mut self) -> String {
-        let path = format!("{}/heartbeat", self.target.holder_path(&self.holder));
+        let Some(path) = self.heartbeat_path() else {
+            return std::future::pending().await;
+        };
         let mut next = Instant::now() + self.interval;
         loop {
             sleep_until(next.min(self.valid_until)).await;
@@ -91,9 +168,17 @@ impl Hold {
         }
     }
 
-    /// Releases the hold.
+    /// Releases the hold (a session: ends it, which releases every hold
+    /// taken in it).
     async fn release(&self) -> Released {
-        match self.target.release(&self.service, &self.holder).await {
+        let answer = match &self.kept {
+            Kept::Object { target, holder, .. } => target.release(&self.service, holder).await,
+            Kept::Session { id } => {
+                let path = format!("/sessions/{}", segment(id));
+                delete(&self.service, &path).await
+            }
+        };
+        match answer {
             Ok(answer) if answer.status == StatusCode::OK => Released::Done,
             Ok(answer) if answer.status == StatusCode::NOT_FOUND => {
                 Released::NotHeld(answer.detail())
@@ -150,15 +235,17 @@ impl Signals {
     }
 }
 
-/// Runs `command` under `hold`; returns latchkey's exit code.
+/// Runs `command` under `hold` (`None`: under nothing to keep or
+/// release, signals forwarded all the same); returns latchkey's exit code.
 pub async fn run(
-    mut hold: Hold,
+    mut hold: Option<Hold>,
     mut signals: Signals,
     command: Vec<OsString>,
     kill_after: Duration,
 ) -> Result<u8, Stop> {
-    let what = hold.target.describe();
-    let mut child = match spawn(&hold, &command) {
+    let what = hold.as_ref().map(Hold::describe).unwrap_or_default();
+    let environment = hold.as_ref().map(Hold::environment).unwrap_or_default();
+    let mut child = match spawn(&environment, &command) {
         Ok(child) => child,
         Err(e) => {
             let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -166,7 +253,7 @@ pub async fn run(
             } else {
                 exit::CANNOT_EXECUTE
             };
-            let _ = hold.release().await;
+            release(hold.as_ref()).await;
             return Err(Stop::new(code, format!("cannot run {:?}: {e}", command[0])));
         }
     };
@@ -175,7 +262,12 @@ pub async fn run(
     let mut lost: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
     let status = {
-        let keep = hold.keep();
+        let keep = async {
+            match hold.as_mut() {
+                Some(hold) => hold.keep().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::pin!(keep);
         loop {
             tokio::select! {
@@ -211,7 +303,7 @@ pub async fn run(
             crate::child::signal_group(pid, libc::SIGKILL);
             Ended::Lost(String::new(), status)
         }
-        None => match hold.release().await {
+        None => match release(hold.as_ref()).await {
             Released::Done => Ended::Exited(status),
             // Not held when the command ended: it may have run past the
             // hold's end, so this is a lost hold too.
@@ -234,14 +326,23 @@ pub async fn run(
     }
 }
 
+/// Releases `hold`, when there is one.
+async fn release(hold: Option<&Hold>) -> Released {
+    match hold {
+        Some(hold) => hold.release().await,
+        None => Released::Done,
+    }
+}
+
 /// Starts the command with the hold in its environment.
-fn spawn(hold: &Hold, command: &[OsString]) -> std::io::Result<tokio::process::Child> {
+fn spawn(
+    environment: &[(&str, String)],
+    command: &[OsString],
+) -> std::io::Result<tokio::process::Child> {
     let mut std_command = std::process::Command::new(&command[0]);
     std_command
         .args(&command[1..])
-        .env("LATCHKEY_NAME", &hold.target.name)
-        .env("LATCHKEY_HOLDER", &hold.holder)
-        .env("LATCHKEY_FENCING_TOKEN", hold.fencing_token.to_string());
+        .envs(environment.iter().map(|(k, v)| (k, v)));
     // Its own process group, so that a signal reaches every process it
     // starts (a script's children too); latchkey forwards the terminal's.
     std_command.process_group(0);

@@ -987,3 +987,278 @@ async fn the_owner_label_shows_in_ls_and_status_and_names_who_holds_it_when_refu
     assert!(owner.contains(" pid "), "{owner}");
     assert!(owner.ends_with(&format!(" sh -c {script}")), "{owner}");
 }
+
+/// `latchkey rate NAME --configure …` as run: exits 0 and prints the
+/// configuration.
+async fn configure_rate(app: &TestApp, name: &str, rate: &str, per_ms: &str) {
+    let configured = output(
+        app,
+        &[
+            "rate",
+            name,
+            "--configure",
+            "--rate",
+            rate,
+            "--per-ms",
+            per_ms,
+        ],
+    )
+    .await;
+    assert_eq!(configured.status.code(), Some(0));
+    let config: Value = serde_json::from_str(&stdout(&configured)).unwrap();
+    assert_eq!(config["rate"].to_string(), rate, "{config}");
+    assert_eq!(config["per_ms"].to_string(), per_ms, "{config}");
+}
+
+/// The milliseconds a refused `latchkey rate` says the permits come in
+/// (its one stderr line: "... not admitted within the wait; 1 permit(s)
+/// come in N ms").
+fn come_in_ms(refused: &Output) -> u64 {
+    let text = stderr(refused);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("not admitted"), "{lines:?}");
+    let (_, after) = lines[0].split_once("come in ").expect("says when");
+    after
+        .trim_end_matches(" ms")
+        .parse()
+        .unwrap_or_else(|_| panic!("a number of ms: {lines:?}"))
+}
+
+#[tokio::test]
+async fn rate_admits_runs_the_command_and_refuses_with_75_saying_when_the_permits_come() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // One permit a minute (burst: the rate).
+    configure_rate(&app, "api", "1", "60000").await;
+    let admitted = output(&app, &["rate", "api", "--", "sh", "-c", "echo ran; exit 4"]).await;
+    assert_eq!(admitted.status.code(), Some(4), "the command's code");
+    assert_eq!(stdout(&admitted), "ran\n");
+    let refused = output(&app, &["rate", "api", "--", "sh", "-c", "echo ran"]).await;
+    assert_eq!(refused.status.code(), Some(75));
+    assert_eq!(stdout(&refused), "", "the command never ran");
+    let ms = come_in_ms(&refused);
+    assert!(ms > 0 && ms <= 60_000, "{ms}");
+    assert!(stderr(&refused).contains("rate limiter api"));
+    // Without a command: 75 when refused.
+    let bare = output(&app, &["rate", "api"]).await;
+    assert_eq!(bare.status.code(), Some(75));
+    // A wait the permits come after (the service says so at once) ends at
+    // once, not at its end.
+    let started = Instant::now();
+    let short = output(&app, &["rate", "api", "--wait-ms", "30000"]).await;
+    assert_eq!(short.status.code(), Some(75));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // No such limiter, and more permits than the burst: refused (64).
+    let missing = output(&app, &["rate", "nope"]).await;
+    assert_eq!(missing.status.code(), Some(64));
+    assert!(stderr(&missing).contains("404"), "{}", stderr(&missing));
+    let too_many = output(&app, &["rate", "api", "--permits", "2"]).await;
+    assert_eq!(too_many.status.code(), Some(64));
+    assert!(stderr(&too_many).contains("400"), "{}", stderr(&too_many));
+    let state = app.get_json("/rate-limiters/api").await;
+    assert_eq!(state["available"], 0, "one permit taken in all: {state}");
+}
+
+#[tokio::test]
+async fn rate_with_a_wait_is_admitted_when_the_permits_come() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // One permit every 500 ms.
+    configure_rate(&app, "paced", "1", "500").await;
+    let first = output(&app, &["rate", "paced", "--wait-ms", "0"]).await;
+    assert_eq!(first.status.code(), Some(0));
+    let refused = output(&app, &["rate", "paced", "--wait-ms", "0"]).await;
+    assert_eq!(refused.status.code(), Some(75));
+    assert!(come_in_ms(&refused) <= 500);
+    let waited = output(
+        &app,
+        &[
+            "rate",
+            "paced",
+            "--wait-ms",
+            "5000",
+            "--",
+            "echo",
+            "admitted",
+        ],
+    )
+    .await;
+    assert_eq!(waited.status.code(), Some(0), "{}", stderr(&waited));
+    assert_eq!(stdout(&waited), "admitted\n");
+}
+
+#[tokio::test]
+async fn rate_keys_draw_from_buckets_of_their_own() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    configure_rate(&app, "per-user", "1", "60000").await;
+    let alice = output(&app, &["rate", "per-user", "--key", "alice"]).await;
+    assert_eq!(alice.status.code(), Some(0), "{}", stderr(&alice));
+    let again = output(&app, &["rate", "per-user", "--key", "alice"]).await;
+    assert_eq!(again.status.code(), Some(75));
+    assert!(stderr(&again).contains("\"alice\""), "{}", stderr(&again));
+    come_in_ms(&again);
+    let bob = output(&app, &["rate", "per-user", "--key", "bob"]).await;
+    assert_eq!(bob.status.code(), Some(0), "bob's bucket is his own");
+    let shared = output(&app, &["rate", "per-user"]).await;
+    assert_eq!(shared.status.code(), Some(0), "and the shared one its own");
+    let alice_state = app.get_json("/rate-limiters/per-user?key=alice").await;
+    assert_eq!(alice_state["available"], 0, "{alice_state}");
+}
+
+/// `latchkey session ARGS… -- sh -c SCRIPT`, started; `$LK` in the script
+/// is this latchkey binary. Returns the child and the session id, which
+/// the script must print on its first line.
+async fn session_running(
+    app: &TestApp,
+    args: &[&str],
+    script: &str,
+) -> (
+    Child,
+    String,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut all = vec!["session"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--", "sh", "-c", script]);
+    let mut command = latchkey(app, &all);
+    command
+        .env("LK", env!("CARGO_BIN_EXE_latchkey"))
+        .stdout(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("latchkey starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let id = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("the script prints the session id")
+        .unwrap()
+        .expect("a line");
+    assert!(!id.is_empty());
+    (child, id, lines)
+}
+
+#[tokio::test]
+async fn a_session_runs_a_script_whose_nested_locks_it_renews_and_releases_at_its_end() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // A 900 ms TTL; the script holds a lock in the session for 2.5 s
+    // (about three TTLs): only the session's heartbeats renew it.
+    let script = r#"echo "$LATCHKEY_SESSION"
+"$LK" lock nested --session "$LATCHKEY_SESSION" --owner nested-job -- sleep 2.5 || exit 100
+exit 3"#;
+    let (mut child, id, _lines) = session_running(&app, &["--ttl-ms", "900"], script).await;
+    until_locked(&app, "nested").await;
+    // A third party takes a hold in the session too, which nobody releases
+    // but the session's end.
+    let extra = app
+        .must_acquire("extra", json!({"holder": "third", "session": id}))
+        .await;
+    assert!(extra["lease_ms"].as_u64().unwrap() <= 900, "{extra}");
+    let first = app.state("nested").await;
+    for _ in 0..4 {
+        let state = app.state("nested").await;
+        assert_eq!(state["locked"], true, "still held: {state}");
+        assert_eq!(state["fencing_token"], first["fencing_token"], "one hold");
+        assert_eq!(
+            state["holds"][0]["session"], true,
+            "in the session: {state}"
+        );
+        assert_eq!(state["holds"][0]["owner"], "nested-job", "{state}");
+        assert_eq!(app.state("extra").await["locked"], true);
+        let session = app.get_json(&format!("/sessions/{id}")).await;
+        assert_eq!(session["holds"], 2, "{session}");
+        tokio::time::sleep(Duration::from_millis(450)).await;
+    }
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the script ends")
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "the script's code");
+    assert_eq!(app.state("nested").await["locked"], false);
+    assert_eq!(
+        app.state("extra").await["locked"],
+        false,
+        "released by the session's end"
+    );
+    let gone = app
+        .client
+        .get(app.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404, "the session was deleted");
+}
+
+#[tokio::test]
+async fn a_lost_session_stops_the_command_with_sigterm_and_exits_76() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let script = r#"echo "$LATCHKEY_SESSION"
+trap 'echo terminated; exit 9' TERM; sleep 30 & wait"#;
+    let (mut child, id, mut lines) = session_running(&app, &["--ttl-ms", "900"], script).await;
+    let deleted = app.delete_json(&format!("/sessions/{id}")).await;
+    assert_eq!(deleted["released"], 0, "{deleted}");
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("latchkey ends after the lost session")
+        .unwrap();
+    assert_eq!(status.code(), Some(76));
+    assert_eq!(
+        lines.next_line().await.unwrap().as_deref(),
+        Some("terminated"),
+        "the command got SIGTERM"
+    );
+}
+
+#[tokio::test]
+async fn a_hold_in_a_session_comes_from_latchkey_session_and_excludes_a_lease() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let created = app.post("/sessions", json!({"ttl_ms": 5000})).await;
+    assert_eq!(created.status(), 201);
+    let id = created.json::<Value>().await.unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The session from the environment.
+    let mut command = latchkey(&app, &["lock", "env-held", "--", "sleep", "0.3"]);
+    command.env("LATCHKEY_SESSION", &id);
+    let child = command.spawn().unwrap();
+    until_locked(&app, "env-held").await;
+    assert_eq!(app.state("env-held").await["holds"][0]["session"], true);
+    assert_eq!(
+        child.wait_with_output().await.unwrap().status.code(),
+        Some(0)
+    );
+    assert_eq!(app.state("env-held").await["locked"], false, "released");
+    // (A hold released directly counts until the session's next heartbeat.)
+    let beat = app
+        .post(&format!("/sessions/{id}/heartbeat"), json!({}))
+        .await;
+    let beat: Value = beat.json().await.unwrap();
+    assert_eq!(beat["holds"], 0, "{beat}");
+    // A lease and a session: a bad command line.
+    let both = output(
+        &app,
+        &[
+            "lock",
+            "x",
+            "--session",
+            &id,
+            "--lease-ms",
+            "1000",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(both.status.code(), Some(64));
+    // No such session: refused.
+    let unknown = output(&app, &["lock", "x", "--session", "nope", "--", "true"]).await;
+    assert_eq!(unknown.status.code(), Some(64), "{}", stderr(&unknown));
+}
