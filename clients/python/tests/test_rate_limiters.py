@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable
+from typing import Any, Callable, Dict, List
 
 import pytest
+from helpers import run_async
 
 import latchkey
 from latchkey import Limit, NotFound, RateLimited
@@ -114,3 +115,28 @@ def test_several_limits_name_an_unconfigured_limiter(lk: latchkey.Client, name: 
         lk.acquire_limits([configured.limit(), Limit(missing, key="k")])
     assert not_found.value.limit == {"name": missing, "key": "k"}
     assert configured.state()["available"] == 3
+
+
+@run_async
+async def test_async_rate_limiter_acquire_wait_and_several_limits(url: str, name: Names) -> None:
+    async with latchkey.AsyncClient(url) as lk:
+        limiter = lk.rate_limiter(name("arl"))
+        await limiter.configure(rate=4, per_ms=1000, burst=2)
+        assert await limiter.acquire(2) == {"permits": 2, "available": 0}
+        with pytest.raises(RateLimited) as refused:
+            await limiter.acquire()
+        assert refused.value.retry_after_ms is not None and 0 < refused.value.retry_after_ms <= 250
+        events: List[Dict[str, Any]] = []
+
+        async def on_waiting(event: Dict[str, Any]) -> None:  # a coroutine callback
+            events.append(event)
+
+        assert await limiter.acquire(wait_ms=5_000, on_waiting=on_waiting) == {"permits": 1, "available": 0}
+        assert events and events[0]["retry_after_ms"] > 0
+
+        other = lk.rate_limiter(name("arl2"))
+        await other.configure(rate=1, per_ms=60_000)
+        with pytest.raises(RateLimited) as refused:
+            await lk.acquire_limits([other.limit(key="k"), limiter.limit(permits=2)])
+        assert refused.value.limit == {"name": limiter.name, "key": None}
+        assert (await other.state(key="k"))["available"] == 1
