@@ -184,7 +184,7 @@ class _Hold(Generic[G]):
         assert self._lost_info is not None
         reason, message, problem, status = self._lost_info
         return HoldLost(
-            f"{self._op.label()}: {self._op.kind} lost: {message}", reason=reason, problem=problem, status=status
+            f"{self._op.label()}: {self._op.noun} lost: {message}", reason=reason, problem=problem, status=status
         )
 
     async def _beat(self, lease_ms: Optional[int]) -> Tuple[str, Optional[LatchkeyError]]:

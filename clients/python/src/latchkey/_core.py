@@ -243,6 +243,8 @@ class HoldOp(Generic[G]):
     """How to acquire, renew and release one kind of hold."""
 
     kind: str
+    # What is lost when it is lost ("hold lost", "session lost").
+    noun = "hold"
     # The owner label every acquire of this op sends (None: none).
     owner: Optional[str] = None
     # The session every acquire of this op is taken in (None: none; the
@@ -350,6 +352,7 @@ class SessionOp(HoldOp[SessionGrant]):
     holder, its TTL the lease (``/sessions``)."""
 
     kind = "session"
+    noun = "session"
 
     def acquire_call(self, holder: Optional[str], lease_ms: Optional[int], wait_ms: int) -> HttpCall:
         body: Dict[str, Any] = {}
