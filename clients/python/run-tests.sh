@@ -4,7 +4,8 @@
 #   LATCHKEY_URL=http://127.0.0.1:8080 clients/python/run-tests.sh [pytest args...]
 #
 # Installs the package (with its `test` extra) into a virtualenv under the
-# Cargo target directory, then runs pytest. LATCHKEY_URL is required: the
+# Cargo target directory, checks that src/latchkey/_sync.py is generated
+# from _async.py (scripts/gen_sync.py --check), then runs pytest. LATCHKEY_URL is required: the
 # tests talk to the real service, there are no mocks.
 set -euo pipefail
 
@@ -25,6 +26,11 @@ fi
 # it. --force-reinstall --no-deps first, so that a changed checkout with the
 # same version number is installed again.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "clients/python"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "clients/python[test]"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir "clients/python[test]"
+
+# The sync client (_sync.py) is generated from the asyncio one (_async.py)
+# with unasync (in the test extra): fail when someone edited one without
+# the other.
+"$venv/bin/python" clients/python/scripts/gen_sync.py --check
 
 exec "$venv/bin/python" -m pytest -q clients/python/tests "$@"

@@ -12,6 +12,10 @@ an acquisition: use it in ``with`` (``async with`` on ``AsyncClient``), or
 call ``.acquire()`` and later ``.release()`` on the hold it returns. Holds
 are renewed in the background; ``hold.lost`` is set and ``hold.check()``
 raises ``HoldLost`` when one is lost.
+
+``client.session(ttl_ms=...)`` is a session that many holds can be taken
+in (``session=``), renewed by one heartbeat; ``client.rate_limiter(name)``
+and ``client.acquire_limits([...])`` take permits from rate limiters.
 """
 
 from ._async import (
@@ -20,7 +24,9 @@ from ._async import (
     AsyncHold,
     AsyncLatch,
     AsyncMultiHold,
+    AsyncRateLimiter,
     AsyncSemaphore,
+    AsyncSession,
 )
 from ._errors import (
     BackendUnavailable,
@@ -34,7 +40,9 @@ from ._errors import (
     NotHeld,
     OutOfRange,
     QuorumUnavailable,
+    RateLimited,
     RedlockNotConfigured,
+    SessionMismatch,
     ShuttingDown,
     TooManyWaiters,
     TransportError,
@@ -46,17 +54,23 @@ from ._models import (
     Grant,
     HoldState,
     LatchState,
+    Limit,
+    LimitAcquired,
     LockHoldInfo,
     LockState,
     MultiGrant,
     NodeCount,
+    RateAcquired,
+    RateLimiterState,
     RedlockNodeState,
     RedlockState,
     RwLockState,
     SemaphoreState,
+    SessionGrant,
+    SessionState,
 )
 from . import _errors
-from ._sync import Acquisition, Client, Hold, Latch, MultiHold, Semaphore
+from ._sync import Acquisition, Client, Hold, Latch, MultiHold, RateLimiter, Semaphore, Session
 
 __version__ = "0.1.0"
 
@@ -84,6 +98,16 @@ __all__ = [
     "RedlockNodeState",
     "SemaphoreState",
     "LatchState",
+    "Session",
+    "AsyncSession",
+    "SessionGrant",
+    "SessionState",
+    "RateLimiter",
+    "AsyncRateLimiter",
+    "RateLimiterState",
+    "RateAcquired",
+    "Limit",
+    "LimitAcquired",
 ]
 # Every error class, as the errors module lists them.
 __all__ += _errors.__all__

@@ -8,6 +8,7 @@ their own I/O, so both behave the same way.
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 import time
@@ -35,13 +36,14 @@ from ._errors import (
     LatchkeyError,
     NotAcquired,
     Problem,
+    RateLimited,
     TransportError,
     error_from_problem,
     problem_slug,
 )
-from ._models import Grant, LatchState, MultiGrant
+from ._models import Grant, LatchState, MultiGrant, SessionGrant
 
-G = TypeVar("G", Grant, MultiGrant)
+G = TypeVar("G", Grant, MultiGrant, SessionGrant)
 T = TypeVar("T")
 
 # What the service answers for wait_ms when it does not say its maximum.
@@ -129,6 +131,34 @@ Outcome = Union[Answer, SseFinal, NoAnswer, None]
 Flow = Generator[Union[HttpCall, Sleep], Outcome, T]
 
 
+def json_body(response: Any) -> Any:
+    """An ``httpx`` response's JSON body, ``None`` when empty or not JSON."""
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def json_text(text: str) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def leave_outcome(answer: Outcome) -> str:
+    """What came of a leave, for the log (never the holder id)."""
+    if isinstance(answer, Answer):
+        return f"answered {answer.status}"
+    if isinstance(answer, NoAnswer):
+        return f"no answer ({answer.error!r})"
+    return repr(answer)
+
+
 class ServerLimits:
     """What the client learned about the service (shared by its calls)."""
 
@@ -213,8 +243,25 @@ class HoldOp(Generic[G]):
     """How to acquire, renew and release one kind of hold."""
 
     kind: str
+    # What is lost when it is lost ("hold lost", "session lost").
+    noun = "hold"
     # The owner label every acquire of this op sends (None: none).
     owner: Optional[str] = None
+    # The session every acquire of this op is taken in (None: none; the
+    # hold then has a lease of its own).
+    session: Optional[str] = None
+
+    def _hold_body(self, body: Dict[str, Any], holder: Optional[str], lease_ms: Optional[int]) -> Dict[str, Any]:
+        """``body`` with what every hold-taking acquire sends."""
+        if holder is not None:
+            body["holder"] = holder
+        if self.owner is not None:
+            body["owner"] = self.owner
+        if self.session is not None:
+            body["session"] = self.session
+        if lease_ms is not None:
+            body["lease_ms"] = lease_ms
+        return body
 
     def acquire_call(self, holder: Optional[str], lease_ms: Optional[int], wait_ms: int) -> HttpCall:
         raise NotImplementedError
@@ -252,13 +299,7 @@ class SingleOp(HoldOp[Grant]):
         self.release_params = release_params
 
     def acquire_call(self, holder: Optional[str], lease_ms: Optional[int], wait_ms: int) -> HttpCall:
-        body: Dict[str, Any] = dict(self.extra)
-        if holder is not None:
-            body["holder"] = holder
-        if self.owner is not None:
-            body["owner"] = self.owner
-        if lease_ms is not None:
-            body["lease_ms"] = lease_ms
+        body = self._hold_body(dict(self.extra), holder, lease_ms)
         body["wait_ms"] = wait_ms
         return HttpCall("POST", self.base + self.acquire_suffix, json=body, server_wait_ms=wait_ms)
 
@@ -287,13 +328,7 @@ class MultiOp(HoldOp[MultiGrant]):
         self.names = list(names)
 
     def acquire_call(self, holder: Optional[str], lease_ms: Optional[int], wait_ms: int) -> HttpCall:
-        body: Dict[str, Any] = {"names": self.names, "wait_ms": wait_ms}
-        if holder is not None:
-            body["holder"] = holder
-        if self.owner is not None:
-            body["owner"] = self.owner
-        if lease_ms is not None:
-            body["lease_ms"] = lease_ms
+        body = self._hold_body({"names": self.names, "wait_ms": wait_ms}, holder, lease_ms)
         return HttpCall("POST", "/multilocks/acquire", json=body, server_wait_ms=wait_ms)
 
     def heartbeat_call(self, holder: str, lease_ms: Optional[int]) -> HttpCall:
@@ -310,6 +345,35 @@ class MultiOp(HoldOp[MultiGrant]):
 
     def label(self) -> str:
         return f"multi-lock {self.names!r}"
+
+
+class SessionOp(HoldOp[SessionGrant]):
+    """A session, renewed and released like a hold: its id plays the
+    holder, its TTL the lease (``/sessions``)."""
+
+    kind = "session"
+    noun = "session"
+
+    def acquire_call(self, holder: Optional[str], lease_ms: Optional[int], wait_ms: int) -> HttpCall:
+        body: Dict[str, Any] = {}
+        if lease_ms is not None:
+            body["ttl_ms"] = lease_ms
+        if self.owner is not None:
+            body["owner"] = self.owner
+        return HttpCall("POST", "/sessions", json=body)
+
+    def heartbeat_call(self, holder: str, lease_ms: Optional[int]) -> HttpCall:
+        body: Dict[str, Any] = {} if lease_ms is None else {"ttl_ms": lease_ms}
+        return HttpCall("POST", f"/sessions/{seg(holder)}/heartbeat", json=body)
+
+    def release_call(self, holder: str) -> HttpCall:
+        return HttpCall("DELETE", f"/sessions/{seg(holder)}")
+
+    def parse(self, data: Mapping[str, Any]) -> SessionGrant:
+        return SessionGrant.from_json(data)
+
+    def label(self) -> str:
+        return "session"
 
 
 # --- waiting ---------------------------------------------------------------------
@@ -362,6 +426,48 @@ def _learn_max_wait(problem: Optional[Problem], asked_ms: int, limits: ServerLim
     return None
 
 
+class _Recovery:
+    """What the waiting flows do after an error answer that is not a
+    refusal: learn the service's longest long-poll from a 400
+    ``out-of-range`` on ``wait_ms`` (and poll again in pieces that fit),
+    sleep through a retryable one (429 ``too-many-waiters``, 503) within the
+    whole wait; raise anything else."""
+
+    def __init__(self, limits: ServerLimits) -> None:
+        self.limits = limits
+        self.fallback_used = False
+
+    def handle(self, error: LatchkeyError, poll: int, deadline: float) -> Flow[None]:
+        slug = error.slug
+        if slug == "out-of-range":
+            learned = _learn_max_wait(error.problem, poll, self.limits, self.fallback_used)
+            if learned is None:
+                raise error
+            self.fallback_used = learned
+            return
+        if slug in RETRYABLE_SLUGS:
+            if now() >= deadline:
+                raise error
+            hint = error.retry_after_ms if error.retry_after_ms is not None else DEFAULT_RETRY_MS
+            yield Sleep(min(max(hint, MIN_RETRY_MS) / 1000, max(0.0, deadline - now())))
+            if now() >= deadline:
+                raise error
+            return
+        raise error
+
+
+def waiting_sse(on_waiting: Optional[Callable[[Dict[str, Any]], Any]]) -> Optional[SseSpec]:
+    """Stream an acquire's events, calling ``on_waiting`` with each
+    ``waiting`` event's data (``None``: plain long-poll)."""
+    if on_waiting is None:
+        return None
+    callback = on_waiting
+    return SseSpec(
+        final=frozenset({"acquired", "timeout", "error"}),
+        on_event=lambda event, data: callback(data) if event == "waiting" else None,
+    )
+
+
 def acquire_flow(
     op: HoldOp[G],
     *,
@@ -382,14 +488,8 @@ def acquire_flow(
     if wait_ms < 0:
         raise ValueError("wait_ms must be >= 0")
     deadline = now() + wait_ms / 1000
-    fallback_used = False
-    sse = None
-    if on_waiting is not None:
-        callback = on_waiting
-        sse = SseSpec(
-            final=frozenset({"acquired", "timeout", "error"}),
-            on_event=lambda event, data: callback(data) if event == "waiting" else None,
-        )
+    recovery = _Recovery(limits)
+    sse = waiting_sse(on_waiting)
     holder = wait_holder(holder, wait_ms)
     while True:
         poll = _poll_ms(deadline, limits)
@@ -408,13 +508,6 @@ def acquire_flow(
         assert isinstance(answer, (Answer, SseFinal))
         status, problem, retry_after = problem_of(answer)
         error = error_from_problem(status, problem, retry_after)
-        slug = problem_slug(problem)
-        if slug == "out-of-range":
-            learned = _learn_max_wait(problem, poll, limits, fallback_used)
-            if learned is None:
-                raise error
-            fallback_used = learned
-            continue
         if isinstance(error, NotAcquired):
             if now() >= deadline:
                 raise error
@@ -424,15 +517,7 @@ def acquire_flow(
                 hint = error.retry_after_ms if error.retry_after_ms is not None else 100
                 yield Sleep(min(max(hint, 10) / 1000, 1.0, max(0.0, deadline - now())))
             continue
-        if slug in RETRYABLE_SLUGS:
-            if now() >= deadline:
-                raise error
-            hint = error.retry_after_ms if error.retry_after_ms is not None else DEFAULT_RETRY_MS
-            yield Sleep(min(max(hint, MIN_RETRY_MS) / 1000, max(0.0, deadline - now())))
-            if now() >= deadline:
-                raise error
-            continue
-        raise error
+        yield from recovery.handle(error, poll, deadline)
 
 
 def latch_wait_flow(
@@ -447,7 +532,7 @@ def latch_wait_flow(
     if wait_ms < 0:
         raise ValueError("wait_ms must be >= 0")
     deadline = now() + wait_ms / 1000
-    fallback_used = False
+    recovery = _Recovery(limits)
     sse = None
     if on_count is not None:
         callback = on_count
@@ -478,23 +563,62 @@ def latch_wait_flow(
             continue
         assert isinstance(answer, (Answer, SseFinal))
         status, problem, retry_after = problem_of(answer)
+        yield from recovery.handle(error_from_problem(status, problem, retry_after), poll, deadline)
+
+
+def rate_acquire_flow(
+    path: str,
+    body: Dict[str, Any],
+    *,
+    wait_ms: int,
+    limits: ServerLimits,
+    idempotency_key: Optional[str] = None,
+    on_waiting: Optional[Callable[[Dict[str, Any]], Any]] = None,
+) -> Flow[Any]:
+    """A rate-limiter acquire (one limiter, or several limits at once) that
+    may wait up to ``wait_ms``: the service answers at once when the
+    permits come later than the wait (429 ``rate-limited``, nothing
+    reserved), else reserves them and answers when they are due. A wait
+    longer than the service's longest long-poll sleeps until the permits
+    are due within one. With ``idempotency_key`` a request that got no
+    answer is repeated once with the key (it counts once); without one it
+    is not (it may have been admitted). Returns the 200 body."""
+    if wait_ms < 0:
+        raise ValueError("wait_ms must be >= 0")
+    deadline = now() + wait_ms / 1000
+    recovery = _Recovery(limits)
+    sse = waiting_sse(on_waiting)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    repeated = False
+    while True:
+        poll = _poll_ms(deadline, limits)
+        call = HttpCall(
+            "POST", path, json={**body, "wait_ms": poll}, headers=dict(headers), server_wait_ms=poll, sse=sse
+        )
+        answer = yield call
+        if isinstance(answer, NoAnswer):
+            if idempotency_key and not repeated:
+                repeated = True
+                continue
+            raise_for(answer)
+        if isinstance(answer, SseFinal) and answer.event == "acquired":
+            return answer.data
+        if isinstance(answer, Answer) and answer.status == 200:
+            return answer.data
+        assert isinstance(answer, (Answer, SseFinal))
+        status, problem, retry_after = problem_of(answer)
         error = error_from_problem(status, problem, retry_after)
-        slug = problem_slug(problem)
-        if slug == "out-of-range":
-            learned = _learn_max_wait(problem, poll, limits, fallback_used)
-            if learned is None:
+        if isinstance(error, RateLimited):
+            due_ms = error.retry_after_ms
+            left_ms = (deadline - now()) * 1000
+            if due_ms is None or due_ms > left_ms or due_ms <= poll:
                 raise error
-            fallback_used = learned
+            # This poll was cut to the longest long-poll and the permits
+            # come within the whole wait: ask again when they are due
+            # within one poll.
+            yield Sleep((due_ms - poll) / 1000)
             continue
-        if slug in RETRYABLE_SLUGS:
-            if now() >= deadline:
-                raise error
-            hint = error.retry_after_ms if error.retry_after_ms is not None else DEFAULT_RETRY_MS
-            yield Sleep(min(max(hint, MIN_RETRY_MS) / 1000, max(0.0, deadline - now())))
-            if now() >= deadline:
-                raise error
-            continue
-        raise error
+        yield from recovery.handle(error, poll, deadline)
 
 
 def count_down_flow(name: str, by: int, idempotency_key: Optional[str]) -> Flow[LatchState]:
@@ -531,7 +655,7 @@ class LeaseClock:
 
     def __init__(
         self,
-        grant: Union[Grant, MultiGrant],
+        grant: Union[Grant, MultiGrant, SessionGrant],
         sent_at: float,
         interval_ms: Optional[int],
         received_at: Optional[float] = None,
@@ -553,7 +677,7 @@ class LeaseClock:
             self.deadline = received_at - self.interval_s + lease / 1000
             self.next_beat = received_at
 
-    def renewed(self, grant: Union[Grant, MultiGrant], sent_at: float) -> None:
+    def renewed(self, grant: Union[Grant, MultiGrant, SessionGrant], sent_at: float) -> None:
         lease = min(grant.lease_ms, grant.expires_in_ms)
         interval = self._interval_override or grant.heartbeat_interval_ms or lease // 3
         self.interval_s = max(interval, 1) / 1000

@@ -20,6 +20,8 @@ __all__ = [
     "NotFound",
     "NotHeld",
     "NotAcquired",
+    "RateLimited",
+    "SessionMismatch",
     "UpgradeWouldDeadlock",
     "LatchExists",
     "TooManyWaiters",
@@ -60,6 +62,14 @@ class LatchkeyError(Exception):
     def slug(self) -> Optional[str]:
         """The problem type's slug (``"lock-held"``, ...), if any."""
         return problem_slug(self.problem)
+
+    @property
+    def limit(self) -> Optional[Dict[str, Any]]:
+        """Rate limiters, several limits at once: the limit the problem is
+        about, ``{"name", "key"}`` (the one that refused, the one not
+        configured, the one whose burst is smaller than its permits)."""
+        value = (self.problem or {}).get("limit")
+        return dict(value) if isinstance(value, dict) else None
 
     @property
     def detail(self) -> Optional[str]:
@@ -136,6 +146,20 @@ class NotAcquired(LatchkeyError):
         return list(value) if isinstance(value, list) else None
 
 
+class RateLimited(NotAcquired):
+    """429 ``rate-limited``: a rate limiter did not admit the acquire within
+    its wait. ``retry_after_ms`` is exactly when the permits will be
+    available (for several limits: when all of them admit), ``available``
+    what could be taken now, and ``limit`` (several limits) the
+    ``{"name", "key"}`` of one that refused."""
+
+
+class SessionMismatch(LatchkeyError):
+    """409 ``session-mismatch``: the holder already holds the object outside
+    this session (or in another one, or in one when acquiring without);
+    nothing changed."""
+
+
 class UpgradeWouldDeadlock(LatchkeyError):
     """409 ``upgrade-would-deadlock``: a reader asked to write while other
     readers hold the rwlock. Release the read hold first."""
@@ -178,14 +202,16 @@ class RedlockNotConfigured(LatchkeyError):
 
 
 class HoldLost(LatchkeyError):
-    """The hold is gone: a heartbeat was answered 404 ``not-held``, or no
-    heartbeat succeeded before the lease ended by the client's own clock,
-    or the release found nothing held.
+    """The hold (or session) is gone: a heartbeat was answered 404
+    ``not-held``, or no heartbeat succeeded before the lease ended by the
+    client's own clock, or the release found nothing held, or (a hold
+    taken in a session) its session was lost.
 
     Whatever the hold protected may already be in other hands. ``reason``
     says which of the above happened: ``"not-held"`` (the service said so,
-    to a heartbeat or to the release), ``"expired"`` (the client's clock)
-    or ``"renewer-failed"`` (the renewing thread or task crashed).
+    to a heartbeat or to the release), ``"expired"`` (the client's clock),
+    ``"renewer-failed"`` (the renewing thread or task crashed) or
+    ``"session-lost"`` (a hold taken in a session whose session was lost).
     """
 
     def __init__(
@@ -211,6 +237,8 @@ _BY_SLUG: Mapping[str, Type[LatchkeyError]] = {
     "not-held": NotHeld,
     "lock-held": NotAcquired,
     "no-permits": NotAcquired,
+    "rate-limited": RateLimited,
+    "session-mismatch": SessionMismatch,
     "upgrade-would-deadlock": UpgradeWouldDeadlock,
     "latch-exists": LatchExists,
     "too-many-waiters": TooManyWaiters,

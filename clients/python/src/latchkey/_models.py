@@ -17,6 +17,12 @@ __all__ = [
     "RedlockState",
     "SemaphoreState",
     "LatchState",
+    "SessionGrant",
+    "SessionState",
+    "RateLimiterState",
+    "RateAcquired",
+    "LimitAcquired",
+    "Limit",
     "short_holder",
 ]
 
@@ -232,3 +238,99 @@ class LatchState(TypedDict, total=False):
     name: str
     count: int
     open: bool
+
+
+@dataclass(frozen=True, repr=False)
+class SessionGrant:
+    """A session's answer to its creation (201) or a heartbeat (200):
+    its id (a capability, like a holder id), ``ttl_ms``,
+    ``heartbeat_interval_ms`` and ``holds`` (the holds it renewed)."""
+
+    session: str
+    ttl_ms: int
+    heartbeat_interval_ms: int
+    holds: int = 0
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SessionGrant":
+        ttl_ms = int(data["ttl_ms"])
+        return cls(
+            session=str(data["session"]),
+            ttl_ms=ttl_ms,
+            heartbeat_interval_ms=int(data.get("heartbeat_interval_ms", ttl_ms // 3)),
+            holds=int(data.get("holds", 0)),
+            raw=dict(data),
+        )
+
+    # What renewal reads from every grant (a session's lease is its TTL).
+    @property
+    def holder(self) -> str:
+        return self.session
+
+    @property
+    def lease_ms(self) -> int:
+        return self.ttl_ms
+
+    @property
+    def expires_in_ms(self) -> int:
+        return self.ttl_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionGrant(session={short_holder(self.session)!r}, ttl_ms={self.ttl_ms}, "
+            f"holds={self.holds})"
+        )
+
+
+class SessionState(TypedDict, total=False):
+    """``GET /sessions/{id}``."""
+
+    session: str
+    ttl_ms: int
+    expires_in_ms: int
+    holds: int
+    owner: Optional[str]
+
+
+class RateLimiterState(TypedDict):
+    """``GET``/``PUT /rate-limiters/{name}``: the configuration and the
+    permits ``available`` now (of one key's bucket with ``key``)."""
+
+    name: str
+    rate: int
+    per_ms: int
+    burst: int
+    available: int
+
+
+class RateAcquired(TypedDict):
+    """An admitted rate-limiter acquire: ``{"permits", "available"}``."""
+
+    permits: int
+    available: int
+
+
+class LimitAcquired(TypedDict):
+    """One limit of an admitted several-limits acquire."""
+
+    name: str
+    key: Optional[str]
+    permits: int
+    available: int
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit of ``acquire_limits``: ``permits`` from the limiter
+    ``name``, from ``key``'s own bucket (``None``: the shared bucket)."""
+
+    name: str
+    key: Optional[str] = None
+    permits: int = 1
+
+    def to_json(self) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"name": self.name, "permits": self.permits}
+        if self.key is not None:
+            body["key"] = self.key
+        return body

@@ -1,27 +1,35 @@
-"""The synchronous client: ``Client``."""
+# Generated from _async.py by scripts/gen_sync.py (unasync): do not edit;
+# change _async.py and run `python scripts/gen_sync.py`.
+"""The client, written once as ``AsyncClient`` (asyncio) in ``_async.py``;
+``Client`` (threads) in ``_sync.py`` is generated from it by
+``scripts/gen_sync.py`` with unasync. What differs between the two (the
+background renewal: an asyncio task or a daemon thread) is in
+``_backend_async`` and ``_backend_sync``."""
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
-import time
 from types import TracebackType
 from typing import (
     Any,
     Callable,
     Dict,
     Generic,
+    Iterable,
     List,
+    Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
     Type,
     TypeVar,
+    Union,
 )
 
 import httpx
 
+from ._backend_sync import Event, Mutex, Renewer, bounded, resolve, sleep
 from ._config import auth_headers, clean_owner, client_timeout, default_owner, http_limits, resolve_url
 from ._core import (
     NO_BODY,
@@ -36,18 +44,23 @@ from ._core import (
     NoAnswer,
     Outcome,
     ServerLimits,
+    SessionOp,
     SingleOp,
     Sleep,
     SseDecoder,
     SseFinal,
     acquire_flow,
     count_down_flow,
+    json_body,
+    json_text,
     judge_heartbeat,
     latch_wait_flow,
     leave_call,
+    leave_outcome,
     now,
     problem_of,
     raise_for,
+    rate_acquire_flow,
     seg,
     single,
     wait_holder,
@@ -56,24 +69,38 @@ from ._errors import HoldLost, LatchkeyError, Problem
 from ._models import (
     Grant,
     LatchState,
+    Limit,
+    LimitAcquired,
     LockState,
     MultiGrant,
+    RateAcquired,
+    RateLimiterState,
     RedlockState,
     RwLockState,
     SemaphoreState,
+    SessionGrant,
+    SessionState,
+    short_holder,
 )
 from ._views import MultiGrantView, SingleGrantView
 
 log = logging.getLogger("latchkey")
 
 T = TypeVar("T")
-H = TypeVar("H", "Hold", "MultiHold")
+H = TypeVar("H", "Hold", "MultiHold", "Session")
 
-WaitingCallback = Callable[[Dict[str, Any]], Any]
+# Called with each event's data; on ``AsyncClient`` it may also be a
+# coroutine function.
+EventCallback = Callable[[Dict[str, Any]], Any]
+
+# A session to acquire in: the session object, or its id.
+SessionArg = Union["Session", str, None]
 
 
-class _SyncHold(Generic[G]):
-    """A hold that is renewed by a daemon thread until it is released."""
+class _Hold(Generic[G]):
+    """A hold renewed in the background (a daemon thread, or an asyncio
+    task on ``AsyncClient``) until it is released. A hold taken in a
+    session has no renewal of its own: its session's renews it."""
 
     def __init__(
         self,
@@ -83,22 +110,27 @@ class _SyncHold(Generic[G]):
         sent_at: float,
         heartbeat_interval_ms: Optional[int],
         received_at: Optional[float] = None,
+        session: SessionArg = None,
     ) -> None:
         self._client = client
         self._op: HoldOp[G] = op
         self._grant: G = grant
-        self._mutex = threading.RLock()
+        self._mutex = Mutex()
         self._clock = LeaseClock(grant, sent_at, heartbeat_interval_ms, received_at)
         self._lost_info: Optional[Tuple[str, str, Optional[Problem], Optional[int]]] = None
         self._released = False
-        self._stop = threading.Event()
-        #: Set when the hold is lost (see ``check``); wait on it or poll it.
-        self.lost = threading.Event()
-        self._thread = threading.Thread(
-            target=self._renew_loop, name=f"latchkey-renew {op.kind}", daemon=True
-        )
+        #: Set when the hold is lost (see ``check``): ``lost.wait(timeout)``
+        #: on ``Client``, ``await lost.wait()`` on ``AsyncClient``.
+        self.lost = Event()
+        self._in_session = session is not None
+        self._session = session if isinstance(session, Session) else None
+        self._renewer: Optional[Renewer] = None
         client._track(self)
-        self._thread.start()
+        if self._session is not None:
+            self._session._attach(self)
+        elif not self._in_session:
+            self._renewer = Renewer(f"latchkey-renew {op.kind}", self._crashed)
+            self._renewer.start(self._renew_loop)
 
     # --- state ---------------------------------------------------------------
 
@@ -122,13 +154,20 @@ class _SyncHold(Generic[G]):
     def check(self) -> None:
         """Raise ``HoldLost`` if the hold is lost: the service said it is
         not held, or no heartbeat succeeded before the lease ended by this
-        process's clock. Call it before acting on what the hold protects."""
-        if not self.lost.is_set():
-            with self._mutex:
-                if not self._released and now() >= self._clock.deadline:
-                    self._set_lost("expired", "the lease ended before a heartbeat succeeded")
+        process's clock (for a hold taken in a session: its session's).
+        Call it before acting on what the hold protects."""
+        self._expire_if_due()
         if self.lost.is_set():
             raise self._lost_error()
+
+    def _expire_if_due(self) -> None:
+        if self._session is not None:
+            self._session._expire_if_due()
+        if self._in_session or self.lost.is_set():
+            return
+        with self._mutex:
+            if not self._released and now() >= self._clock.deadline:
+                self._set_lost("expired", "the lease ended before a heartbeat succeeded")
 
     # --- renewal ---------------------------------------------------------------
 
@@ -139,24 +178,28 @@ class _SyncHold(Generic[G]):
             log.warning("latchkey: %r lost: %s", self, message)
             self.lost.set()
 
+    def _crashed(self, exc: BaseException) -> None:
+        with self._mutex:
+            self._set_lost("renewer-failed", f"the renewal failed: {exc!r}")
+
     def _lost_error(self) -> HoldLost:
         assert self._lost_info is not None
         reason, message, problem, status = self._lost_info
         return HoldLost(
-            f"{self._op.label()}: hold lost: {message}", reason=reason, problem=problem, status=status
+            f"{self._op.label()}: {self._op.noun} lost: {message}", reason=reason, problem=problem, status=status
         )
 
     def _beat(self, lease_ms: Optional[int]) -> Tuple[str, Optional[LatchkeyError]]:
         with self._mutex:
             left = self._clock.deadline - now()
             holder = self._grant.holder
-            if left <= 0:
+            if left <= 0 and not self._in_session:
                 self._set_lost("expired", "the lease ended before a heartbeat succeeded")
                 return Beat.LOST, None
         call = self._op.heartbeat_call(holder, lease_ms)
-        call.deadline_s = left
+        call.deadline_s = left if left > 0 else None
         sent = now()
-        answer = self._client._perform(call)
+        answer = bounded(self._client._perform(call), call.deadline_s)
         verdict, grant, error = judge_heartbeat(self._op, answer)
         with self._mutex:
             if verdict == Beat.OK and grant is not None:
@@ -170,7 +213,7 @@ class _SyncHold(Generic[G]):
                     error.problem if error else None,
                     error.status if error else None,
                 )
-            elif now() >= self._clock.deadline:
+            elif now() >= self._clock.deadline and not self._in_session:
                 self._set_lost("expired", f"the lease ended before a heartbeat succeeded (last: {error})")
                 verdict = Beat.LOST
             else:
@@ -179,29 +222,28 @@ class _SyncHold(Generic[G]):
         return verdict, error
 
     def _renew_loop(self) -> None:
-        try:
-            while True:
-                with self._mutex:
-                    wake = min(self._clock.next_beat, self._clock.deadline)
-                if self._stop.wait(max(0.0, wake - now())):
-                    return
-                with self._mutex:
-                    t = now()
-                    if t >= self._clock.deadline:
-                        self._set_lost("expired", "the lease ended before a heartbeat succeeded")
-                        return
-                    if t < self._clock.next_beat:
-                        continue
-                verdict, _ = self._beat(None)
-                if verdict == Beat.LOST or self._stop.is_set():
-                    return
-        except BaseException as exc:  # noqa: BLE001 - keep the thread's failure visible
+        renewer = self._renewer
+        assert renewer is not None
+        while True:
             with self._mutex:
-                self._set_lost("renewer-failed", f"the renewing thread failed: {exc!r}")
+                wake = min(self._clock.next_beat, self._clock.deadline)
+            if renewer.pause(wake - now()):
+                return
+            with self._mutex:
+                t = now()
+                if t >= self._clock.deadline:
+                    self._set_lost("expired", "the lease ended before a heartbeat succeeded")
+                    return
+                if t < self._clock.next_beat:
+                    continue
+            verdict, _ = self._beat(None)
+            if verdict == Beat.LOST or renewer.stopping:
+                return
 
     def renew(self, lease_ms: Optional[int] = None) -> G:
-        """Heartbeat now (with ``lease_ms``: that becomes the lease).
-        The background renewal continues either way."""
+        """Heartbeat now (with ``lease_ms``: that becomes the lease). The
+        background renewal continues either way. (A hold taken in a
+        session is renewed no further than its session's remaining TTL.)"""
         if self._released:
             raise LatchkeyError(f"{self._op.label()}: already released")
         verdict, error = self._beat(lease_ms)
@@ -213,9 +255,8 @@ class _SyncHold(Generic[G]):
         raise error
 
     def _stop_renewing(self) -> None:
-        self._stop.set()
-        if self._thread is not threading.current_thread() and self._thread.is_alive():
-            self._thread.join()
+        if self._renewer is not None:
+            self._renewer.stop()
 
     # --- release -----------------------------------------------------------------
 
@@ -232,6 +273,8 @@ class _SyncHold(Generic[G]):
             self._released = True
         self._stop_renewing()
         self._client._untrack(self)
+        if self._session is not None:
+            self._session._detach(self)
         with self._mutex:
             holder = self._grant.holder
         answer = self._client._perform(self._op.release_call(holder))
@@ -247,6 +290,12 @@ class _SyncHold(Generic[G]):
             raise self._lost_error()
         raise_for(answer)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _forget(self) -> None:
+        """Released by someone else (its session's DELETE): nothing to send."""
+        with self._mutex:
+            self._released = True
+        self._client._untrack(self)
 
     def __enter__(self: "_HoldSelf") -> "_HoldSelf":
         return self
@@ -265,10 +314,10 @@ class _SyncHold(Generic[G]):
         return f"<{type(self).__name__} {self._op.kind} {describe()} {state}>"
 
 
-_HoldSelf = TypeVar("_HoldSelf", bound="_SyncHold[Any]")
+_HoldSelf = TypeVar("_HoldSelf", bound="_Hold[Any]")
 
 
-def _finish(hold: "_SyncHold[Any]", exc_type: Optional[Type[BaseException]]) -> None:
+def _finish(hold: "_Hold[Any]", exc_type: Optional[Type[BaseException]]) -> None:
     """A ``with`` block's exit: release; raise ``HoldLost`` if the hold was
     lost during the block, unless the block raised (its exception wins)."""
     body_failed = exc_type is not None
@@ -287,7 +336,7 @@ def _finish(hold: "_SyncHold[Any]", exc_type: Optional[Type[BaseException]]) -> 
         raise hold._lost_error()
 
 
-class Hold(SingleGrantView, _SyncHold[Grant]):
+class Hold(SingleGrantView, _Hold[Grant]):
     """A live single-object hold (lock, fair lock, rwlock, semaphore
     permits, RedLock): ``fencing_token``, ``holder``, ``lease_ms``, ... of
     its latest grant, ``lost``, ``check()``, ``renew()``, ``release()``."""
@@ -298,13 +347,87 @@ class Hold(SingleGrantView, _SyncHold[Grant]):
             return self._grant
 
 
-class MultiHold(MultiGrantView, _SyncHold[MultiGrant]):
+class MultiHold(MultiGrantView, _Hold[MultiGrant]):
     """A live multi-lock hold: ``fencing_tokens`` by name, ``holder``, ..."""
 
     @property
     def grant(self) -> MultiGrant:
         with self._mutex:
             return self._grant
+
+
+class Session(_Hold[SessionGrant]):
+    """A live session (``client.session(ttl_ms=...)``): renewed in the
+    background every ``heartbeat_interval_ms`` like a hold, and every hold
+    acquired with ``session=`` this session lives as long as it does. Its
+    ``lost`` is set (and ``check()`` raises ``HoldLost``) when a heartbeat
+    finds it gone (404: deleted, expired) or no heartbeat succeeded before
+    its TTL ended; the holds taken in it are then lost too. ``release()``
+    (the end of its ``with`` block) deletes it, which releases every hold
+    taken in it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._holds_in: Set["_Hold[Any]"] = set()
+        super().__init__(*args, **kwargs)
+
+    @property
+    def id(self) -> str:
+        """The session id: a capability (whoever knows it can take holds
+        in the session, renew and delete it). Don't log it."""
+        return self.grant.session
+
+    @property
+    def ttl_ms(self) -> int:
+        return self.grant.ttl_ms
+
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        return self.grant.heartbeat_interval_ms
+
+    @property
+    def holds(self) -> int:
+        """The holds the last heartbeat renewed (0 after the creation)."""
+        return self.grant.holds
+
+    def state(self) -> SessionState:
+        """``GET /sessions/{id}``: ``ttl_ms``, ``expires_in_ms``, ``holds``."""
+        result: SessionState = self._client._run(single(HttpCall("GET", f"/sessions/{seg(self.id)}")))
+        return result
+
+    def _attach(self, hold: "_Hold[Any]") -> None:
+        with self._mutex:
+            self._holds_in.add(hold)
+            lost = self._lost_info
+        if lost is not None:
+            with hold._mutex:
+                hold._set_lost("session-lost", f"its session was lost: {lost[1]}", lost[2], lost[3])
+
+    def _detach(self, hold: "_Hold[Any]") -> None:
+        with self._mutex:
+            self._holds_in.discard(hold)
+
+    def _set_lost(self, reason: str, message: str, problem: Optional[Problem] = None, status: Optional[int] = None) -> None:
+        # The holds first: whoever wakes on the session's ``lost`` finds
+        # them lost too.
+        if self._lost_info is None:
+            for hold in list(self._holds_in):
+                with hold._mutex:
+                    hold._set_lost("session-lost", f"its session was lost: {message}", problem, status)
+        super()._set_lost(reason, message, problem, status)
+
+    def release(self) -> Optional[Dict[str, Any]]:
+        """Stop renewing and delete the session: the service releases every
+        hold taken in it (``{"released": n}``, how many)."""
+        try:
+            return super().release()
+        finally:
+            with self._mutex:
+                holds, self._holds_in = list(self._holds_in), set()
+            for hold in holds:
+                hold._forget()
+
+    def _describe(self) -> str:
+        return f"id={short_holder(self.grant.session)!r}, ttl_ms={self.grant.ttl_ms}"
 
 
 class Acquisition(Generic[H]):
@@ -320,8 +443,9 @@ class Acquisition(Generic[H]):
         holder: Optional[str],
         lease_ms: Optional[int],
         wait_ms: int,
-        on_waiting: Optional[WaitingCallback],
+        on_waiting: Optional[EventCallback],
         heartbeat_interval_ms: Optional[int],
+        session: SessionArg = None,
     ) -> None:
         self._client = client
         self._op = op
@@ -331,6 +455,7 @@ class Acquisition(Generic[H]):
         self._wait_ms = int(wait_ms)
         self._on_waiting = on_waiting
         self._interval = heartbeat_interval_ms
+        self._session = session
         self._entered: List[H] = []
 
     def acquire(self) -> H:
@@ -353,7 +478,7 @@ class Acquisition(Generic[H]):
         except BaseException:
             self._client._leave(leave_call(self._op, holder, self._wait_ms))
             raise
-        return self._make(self._client, self._op, grant, sent, self._interval, received)
+        return self._make(self._client, self._op, grant, sent, self._interval, received, self._session)
 
     def __enter__(self) -> H:
         hold = self.acquire()
@@ -369,9 +494,7 @@ class Acquisition(Generic[H]):
         _finish(self._entered.pop(), exc_type)
 
     def __repr__(self) -> str:
-        return f"<Acquisition {self._op.label()} wait_ms={self._wait_ms}>"
-
-
+        return f"<{type(self).__name__} {self._op.label()} wait_ms={self._wait_ms}>"
 class Semaphore:
     """A semaphore's configuration and state (``client.semaphore(name)``);
     take permits with ``client.semaphore_permits(name, permits=k)``."""
@@ -401,7 +524,7 @@ class Semaphore:
         return bool(result.get("deleted", False)) if isinstance(result, dict) else False
 
     def __repr__(self) -> str:
-        return f"<Semaphore {self.name!r}>"
+        return f"<{type(self).__name__} {self.name!r}>"
 
 
 class Latch:
@@ -430,7 +553,7 @@ class Latch:
         ``NotFound`` when there is no closed latch of that name."""
         return self._client._run(count_down_flow(self.name, by, idempotency_key))
 
-    def wait(self, wait_ms: int, on_count: Optional[WaitingCallback] = None) -> LatchState:
+    def wait(self, wait_ms: int, on_count: Optional[EventCallback] = None) -> LatchState:
         """Wait up to ``wait_ms`` in total for the latch to open; returns
         ``{"count", "open"}`` (``open`` false when the wait ran out).
         With ``on_count``, streams events and calls it with every
@@ -450,11 +573,86 @@ class Latch:
         return bool(result.get("deleted", False)) if isinstance(result, dict) else False
 
     def __repr__(self) -> str:
-        return f"<Latch {self.name!r}>"
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class RateLimiter:
+    """A rate limiter (``client.rate_limiter(name)``): at most ``rate``
+    permits per ``per_ms``, ``burst`` at once, per key (each ``key`` has
+    its own bucket with the limiter's configuration) or in one shared
+    bucket (no key)."""
+
+    def __init__(self, client: "Client", name: str) -> None:
+        self._client = client
+        self.name = name
+        self._path = f"/rate-limiters/{seg(name)}"
+
+    def configure(self, rate: int, per_ms: int, burst: Optional[int] = None) -> RateLimiterState:
+        """Create or change the limiter (an admin operation on a service
+        with API keys); a new rate applies at once, also to every key.
+        ``burst`` defaults to ``rate``."""
+        body: Dict[str, Any] = {"rate": rate, "per_ms": per_ms}
+        if burst is not None:
+            body["burst"] = burst
+        result: RateLimiterState = self._client._run(single(HttpCall("PUT", self._path, json=body)))
+        return result
+
+    def state(self, key: Optional[str] = None) -> RateLimiterState:
+        """The configuration and the permits ``available`` now (in
+        ``key``'s bucket with ``key``); raises ``NotFound`` if never
+        configured."""
+        params = None if key is None else {"key": key}
+        result: RateLimiterState = self._client._run(single(HttpCall("GET", self._path, params=params)))
+        return result
+
+    def delete(self) -> bool:
+        """Delete the limiter (open waits end with ``NotFound``)."""
+        result = self._client._run(single(HttpCall("DELETE", self._path)))
+        return bool(result.get("deleted", False)) if isinstance(result, dict) else False
+
+    def acquire(
+        self,
+        permits: int = 1,
+        *,
+        key: Optional[str] = None,
+        wait_ms: int = 0,
+        idempotency_key: Optional[str] = None,
+        on_waiting: Optional[EventCallback] = None,
+    ) -> RateAcquired:
+        """Take ``permits`` (from ``key``'s own bucket with ``key``):
+        ``{"permits", "available"}``. With ``wait_ms`` the permits are
+        reserved when they come within it and the call returns when they
+        are due; otherwise (and with ``wait_ms`` 0 when they are not there
+        now) it raises ``RateLimited`` at once, whose ``retry_after_ms`` is
+        exactly when they will be. ``idempotency_key``: a retry with the
+        same key counts once (and the client repeats a request that got no
+        answer once with it). ``on_waiting`` streams the wait's events."""
+        body: Dict[str, Any] = {"permits": permits}
+        if key is not None:
+            body["key"] = key
+        result: RateAcquired = self._client._run(
+            rate_acquire_flow(
+                self._path + "/acquire",
+                body,
+                wait_ms=int(wait_ms),
+                limits=self._client._limits,
+                idempotency_key=idempotency_key,
+                on_waiting=on_waiting,
+            )
+        )
+        return result
+
+    def limit(self, key: Optional[str] = None, permits: int = 1) -> Limit:
+        """This limiter as one limit of ``client.acquire_limits([...])``."""
+        return Limit(self.name, key, permits)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
 
 
 class Client:
-    """A synchronous latchkey client.
+    """A latchkey client (``Client``: threads; ``AsyncClient``: asyncio,
+    with ``async with`` / ``await``).
 
     ``url`` defaults to ``$LATCHKEY_URL``, then ``http://127.0.0.1:8080``;
     ``api_key`` (for a service with API keys configured) to
@@ -463,7 +661,8 @@ class Client:
     ``"<host> pid <pid> <program>"`` by default, ``""`` for none, and any
     acquire may name its own; control characters become spaces and it is
     cut to 200 bytes. ``timeout`` (seconds) bounds each request beyond the time the service
-    is asked to wait. Use it as a context manager, or call ``close()``.
+    is asked to wait. Use it as a context manager, or call ``close()`` (``await
+    aclose()``).
     """
 
     def __init__(
@@ -484,10 +683,8 @@ class Client:
             headers=auth_headers(api_key),
         )
         self._limits = ServerLimits()
-        self._holds_mutex = threading.Lock()
-        self._holds: "Dict[int, _SyncHold[Any]]" = {}
-
-    # --- lifecycle ---------------------------------------------------------------
+        self._holds_mutex = Mutex()
+        self._holds: "Dict[int, _Hold[Any]]" = {}
 
     def close(self) -> None:
         """Stop renewing the holds still open (their leases then lapse) and
@@ -511,13 +708,13 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<latchkey.Client {self.url}>"
+        return f"<latchkey.{type(self).__name__} {self.url}>"
 
-    def _track(self, hold: "_SyncHold[Any]") -> None:
+    def _track(self, hold: "_Hold[Any]") -> None:
         with self._holds_mutex:
             self._holds[id(hold)] = hold
 
-    def _untrack(self, hold: "_SyncHold[Any]") -> None:
+    def _untrack(self, hold: "_Hold[Any]") -> None:
         with self._holds_mutex:
             self._holds.pop(id(hold), None)
 
@@ -530,13 +727,14 @@ class Client:
         lease_ms: Optional[int] = None,
         wait_ms: int = 0,
         holder: Optional[str] = None,
-        on_waiting: Optional[WaitingCallback] = None,
+        on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[Hold]:
         """A reentrant lock (``/locks/{name}``)."""
         return self._acquisition(
-            SingleOp("lock", "/locks", name), Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
+            SingleOp("lock", "/locks", name), Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner, session
         )
 
     def fair_lock(
@@ -546,15 +744,15 @@ class Client:
         lease_ms: Optional[int] = None,
         wait_ms: int = 0,
         holder: Optional[str] = None,
-        on_waiting: Optional[WaitingCallback] = None,
+        on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[Hold]:
-        """A fair lock (``/fair-locks/{name}``): granted in arrival order;
-        ``on_waiting`` events carry ``position``."""
+        """A fair lock (``/fair-locks/{name}``)."""
         return self._acquisition(
             SingleOp("fair-lock", "/fair-locks", name),
-            Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner,
+            Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner, session,
         )
 
     def read_lock(
@@ -564,13 +762,16 @@ class Client:
         lease_ms: Optional[int] = None,
         wait_ms: int = 0,
         holder: Optional[str] = None,
-        on_waiting: Optional[WaitingCallback] = None,
+        on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[Hold]:
         """The read side of a read-write lock (``/rwlocks/{name}``)."""
         op = SingleOp("read-lock", "/rwlocks", name, "/read/acquire", release_params={"mode": "read"})
-        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
+        return self._acquisition(
+            op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner, session
+        )
 
     def write_lock(
         self,
@@ -579,13 +780,16 @@ class Client:
         lease_ms: Optional[int] = None,
         wait_ms: int = 0,
         holder: Optional[str] = None,
-        on_waiting: Optional[WaitingCallback] = None,
+        on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[Hold]:
         """The write side of a read-write lock (``/rwlocks/{name}``)."""
         op = SingleOp("write-lock", "/rwlocks", name, "/write/acquire", release_params={"mode": "write"})
-        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
+        return self._acquisition(
+            op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner, session
+        )
 
     def semaphore_permits(
         self,
@@ -595,14 +799,16 @@ class Client:
         lease_ms: Optional[int] = None,
         wait_ms: int = 0,
         holder: Optional[str] = None,
-        on_waiting: Optional[WaitingCallback] = None,
+        on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[Hold]:
-        """``permits`` of a configured semaphore (``/semaphores/{name}``),
-        all under one lease; the release gives all of them back."""
+        """``permits`` of a configured semaphore (``/semaphores/{name}``)."""
         op = SingleOp("semaphore", "/semaphores", name, extra={"permits": permits})
-        return self._acquisition(op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner)
+        return self._acquisition(
+            op, Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner, session
+        )
 
     def multi_lock(
         self,
@@ -611,13 +817,14 @@ class Client:
         lease_ms: Optional[int] = None,
         wait_ms: int = 0,
         holder: Optional[str] = None,
-        on_waiting: Optional[WaitingCallback] = None,
+        on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[MultiHold]:
-        """A set of locks (the same locks as ``lock(name)``), all or nothing."""
+        """A set of locks, all or nothing."""
         return self._acquisition(
-            MultiOp(names), MultiHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
+            MultiOp(names), MultiHold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner, session
         )
 
     def redlock(
@@ -627,14 +834,15 @@ class Client:
         lease_ms: Optional[int] = None,
         wait_ms: int = 0,
         holder: Optional[str] = None,
-        on_waiting: Optional[WaitingCallback] = None,
+        on_waiting: Optional[EventCallback] = None,
         heartbeat_interval_ms: Optional[int] = None,
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[Hold]:
-        """A RedLock over the service's independent Redis nodes
-        (``/redlocks/{name}``). Its lease counts from ``validity_ms``."""
+        """A RedLock (``/redlocks/{name}``)."""
         return self._acquisition(
-            SingleOp("redlock", "/redlocks", name), Hold, holder, lease_ms, wait_ms, on_waiting, heartbeat_interval_ms, owner
+            SingleOp("redlock", "/redlocks", name), Hold, holder, lease_ms, wait_ms, on_waiting,
+            heartbeat_interval_ms, owner, session,
         )
 
     def _acquisition(
@@ -644,11 +852,16 @@ class Client:
         holder: Optional[str],
         lease_ms: Optional[int],
         wait_ms: int,
-        on_waiting: Optional[WaitingCallback],
+        on_waiting: Optional[EventCallback],
         heartbeat_interval_ms: Optional[int],
         owner: Optional[str] = None,
+        session: SessionArg = None,
     ) -> Acquisition[H]:
         op.owner = self._owner if owner is None else clean_owner(owner)
+        if session is not None:
+            if lease_ms is not None:
+                raise ValueError("a hold in a session lives as long as the session: pass lease_ms or session, not both")
+            op.session = session.id if isinstance(session, Session) else str(session)
         return Acquisition(
             self,
             op,
@@ -658,7 +871,58 @@ class Client:
             wait_ms=wait_ms,
             on_waiting=on_waiting,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            session=session,
         )
+
+    def session(
+        self,
+        ttl_ms: Optional[int] = None,
+        *,
+        heartbeat_interval_ms: Optional[int] = None,
+        owner: Optional[str] = None,
+    ) -> Acquisition[Session]:
+        """A session (``/sessions``): ``with client.session(ttl_ms=...) as
+        session`` creates it, renews it in the background and deletes it
+        at the end of the block (releasing every hold taken in it); pass
+        ``session=session`` to any acquire to take the hold in it."""
+        return self._acquisition(
+            SessionOp(), Session, None, ttl_ms, 0, None, heartbeat_interval_ms, owner
+        )
+
+    # --- rate limiters ---------------------------------------------------------------
+
+    def rate_limiter(self, name: str) -> "RateLimiter":
+        return RateLimiter(self, name)
+
+    def acquire_limits(
+        self,
+        limits: Iterable[Union[Limit, Mapping[str, Any]]],
+        *,
+        wait_ms: int = 0,
+        idempotency_key: Optional[str] = None,
+        on_waiting: Optional[EventCallback] = None,
+    ) -> List[LimitAcquired]:
+        """Take permits from several limits at once, all or none
+        (``POST /rate-limiters/acquire``): each a ``Limit(name, key,
+        permits)`` (or ``rate_limiter(name).limit(key=...)``, or a dict of
+        those members). Returns each limit's ``{"name", "key", "permits",
+        "available"}`` in the order given. Raises ``RateLimited`` (with
+        ``retry_after_ms``: when all of them admit, and ``limit``: one that
+        refused) when they do not all admit within ``wait_ms``, and
+        ``NotFound`` (``limit``) for a limiter never configured."""
+        body = {"limits": [limit.to_json() if isinstance(limit, Limit) else dict(limit) for limit in limits]}
+        result = self._run(
+            rate_acquire_flow(
+                "/rate-limiters/acquire",
+                body,
+                wait_ms=int(wait_ms),
+                limits=self._limits,
+                idempotency_key=idempotency_key,
+                on_waiting=on_waiting,
+            )
+        )
+        acquired: List[LimitAcquired] = result["limits"]
+        return acquired
 
     # --- objects -------------------------------------------------------------------
 
@@ -687,8 +951,6 @@ class Client:
         return result
 
     def force_unlock(self, name: str) -> bool:
-        """Free ``/locks/{name}`` whoever holds it (wakes waiters); true if
-        it was held."""
         return self._force(f"/locks/{seg(name)}")
 
     def force_unlock_fair_lock(self, name: str) -> bool:
@@ -709,7 +971,7 @@ class Client:
             while True:
                 outcome: Outcome
                 if isinstance(action, Sleep):
-                    time.sleep(max(0.0, action.seconds))
+                    sleep(action.seconds)
                     outcome = None
                 else:
                     outcome = self._perform(action)
@@ -723,14 +985,15 @@ class Client:
         """Best effort, for a wait that gave up: sends ``call`` (see
         ``leave_call``) once, within the client's ``timeout``; what comes
         of it (404 when nothing was left, no answer) is only logged, at
-        debug level. Another interrupt cuts it short."""
+        debug level. Another interrupt (or cancellation) cuts it short."""
         if call is None:
             return
+        answer: Outcome
         try:
-            answer: Outcome = self._perform(call)
+            answer = bounded(self._perform(call), self._timeout)
         except Exception as error:  # noqa: BLE001 - best effort
             answer = NoAnswer(error)
-        log.debug("latchkey: a wait that gave up left its queue: %s", _leave_outcome(answer))
+        log.debug("latchkey: a wait that gave up left its queue: %s", leave_outcome(answer))
 
     def _perform(self, call: HttpCall) -> Outcome:
         headers = {"Accept": "application/json"}
@@ -744,7 +1007,7 @@ class Client:
                 response = self._http.request(
                     call.method, call.path, params=call.params, headers=headers, timeout=timeout, **kwargs
                 )
-                return Answer(response.status_code, response.headers, _json(response))
+                return Answer(response.status_code, response.headers, json_body(response))
             headers["Accept"] = "text/event-stream"
             with self._http.stream(
                 call.method, call.path, params=call.params, headers=headers, timeout=timeout, **kwargs
@@ -752,43 +1015,16 @@ class Client:
                 content_type = response.headers.get("content-type", "")
                 if response.status_code != 200 or not content_type.startswith("text/event-stream"):
                     response.read()
-                    return Answer(response.status_code, response.headers, _json(response))
+                    return Answer(response.status_code, response.headers, json_body(response))
                 decoder = SseDecoder()
                 for line in response.iter_lines():
                     event = decoder.feed(line)
                     if event is None:
                         continue
-                    kind, data = event[0], _json_text(event[1])
+                    kind, data = event[0], json_text(event[1])
                     if kind in call.sse.final:
                         return SseFinal(kind, data)
-                    call.sse.on_event(kind, data)
+                    resolve(call.sse.on_event(kind, data))
                 return NoAnswer(EOFError("the event stream ended without a final event"))
         except httpx.TransportError as error:
             return NoAnswer(error)
-
-
-def _leave_outcome(answer: Outcome) -> str:
-    """What came of a leave, for the log (never the holder id)."""
-    if isinstance(answer, Answer):
-        return f"answered {answer.status}"
-    if isinstance(answer, NoAnswer):
-        return f"no answer ({answer.error!r})"
-    return repr(answer)
-
-
-def _json(response: httpx.Response) -> Any:
-    if not response.content:
-        return None
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
-def _json_text(text: str) -> Any:
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
