@@ -1,0 +1,138 @@
+// The client's core test, written once and run by every runtime's entry
+// (bun.js, deno.js, worker.js, edge.js): the *built* client (dist/, ESM)
+// against a real latchkey. It throws on the first failed check and
+// resolves with a short account of what it saw.
+//
+// Only what every runtime has: fetch, AbortSignal, setTimeout,
+// crypto.randomUUID. No `node:` import, no `process`.
+
+import { HoldLostError, Latchkey, NotAcquiredError } from "../dist/index.js";
+
+/** An error thrown by a failed check. */
+export class CheckFailed extends Error {
+  name = "CheckFailed";
+}
+
+function check(condition, what) {
+  if (!condition) throw new CheckFailed(what);
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** A name no other run uses. */
+function unique(what) {
+  return `rt-${what}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+/** Resolves true when the signal aborts, false after `ms`. */
+function abortedWithin(signal, ms) {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve(true);
+    const timer = setTimeout(() => resolve(false), ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(timer);
+        resolve(true);
+      },
+      { once: true },
+    );
+  });
+}
+
+/** Rejects after `ms` with what was being awaited, so that no step hangs a runtime. */
+function within(ms, what, promise) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new CheckFailed(`${what}: not done within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Runs the core test. `url` and `apiKey` come from the runtime's
+ * environment (LATCHKEY_URL, LATCHKEY_API_KEY); `runtime` names it in the
+ * account.
+ */
+export async function runCore({ url, apiKey, runtime }) {
+  check(typeof url === "string" && url !== "", "LATCHKEY_URL is not set");
+  const steps = [];
+  const lk = new Latchkey({ url, apiKey });
+  const other = new Latchkey({ url, apiKey, owner: `runtimes test (${runtime}) other` });
+
+  // Acquire, renewed in the background past its lease (more than 3 leases).
+  const name = unique("lock");
+  const hold = await lk.lock(name, { leaseMs: 600 });
+  check(hold.leaseMs === 600, `leaseMs ${hold.leaseMs}, not 600`);
+  check(hold.heartbeatIntervalMs === 200, `heartbeatIntervalMs ${hold.heartbeatIntervalMs}, not 200`);
+  const token = hold.fencingToken;
+  check(Number.isInteger(token) && token > 0, `fencing token ${token}`);
+  await sleep(2000);
+  check(!hold.lost && !hold.signal.aborted, "the hold was lost while it was renewed");
+  check(hold.fencingToken === token, "the fencing token changed on renewal");
+  const state = await other.lockState(name);
+  check(state.locked === true, "the lock is not held after 3 leases: the hold was not renewed");
+  check(state.fencingToken === token, `state's fencing token ${state.fencingToken}, not ${token}`);
+  let refused = false;
+  try {
+    const intruder = await other.lock(name, { waitMs: 0 });
+    await intruder.release();
+  } catch (error) {
+    refused = error instanceof NotAcquiredError;
+    if (!refused) throw error;
+  }
+  check(refused, "another client got the lock while it was held");
+  const owner = state.holds?.[0]?.owner ?? null;
+  check(typeof owner === "string" && owner !== "", `the hold's owner label is ${JSON.stringify(owner)}`);
+  steps.push(`lock renewed past 3 leases of 600 ms (token ${token}, owner "${owner}")`);
+
+  // Forced free (DELETE /locks/{name}): the hold sees it lost.
+  check((await other.forceUnlock(name)) === true, "force unlock found the lock free");
+  check(await abortedWithin(hold.signal, 2000), "the hold's signal did not abort within 2 s of the force unlock");
+  check(hold.lost === true, "hold.lost is false after its signal aborted");
+  const reason = hold.signal.reason;
+  check(reason instanceof HoldLostError, `the signal's reason is ${reason}, not a HoldLostError`);
+  check(reason.reason === "not-held", `the loss's reason is ${reason.reason}, not not-held`);
+  let threw = false;
+  try {
+    hold.throwIfLost();
+  } catch (error) {
+    threw = error instanceof HoldLostError;
+  }
+  check(threw, "throwIfLost() did not throw HoldLostError on a lost hold");
+  await hold.release(); // a 404 on a lost hold is ignored
+  steps.push("force unlock: hold lost (not-held), release of the lost hold resolved");
+
+  // Release: the lock is free afterwards.
+  const again = await lk.lock(name, { leaseMs: 5000 });
+  check(again.fencingToken > token, "a new grant's fencing token did not grow");
+  await again.release();
+  check(again.released === true, "hold.released is false after release()");
+  check((await other.lockState(name)).locked === false, "the lock is still held after release()");
+  steps.push("acquire and release: free afterwards");
+
+  // A latch wait woken by a count-down.
+  const latch = lk.latch(unique("latch"));
+  await latch.set(1, { ttlMs: 60000 });
+  let woken = false;
+  const waiting = latch.wait({ waitMs: 10000 }).then((count) => {
+    woken = true;
+    return count;
+  });
+  await sleep(300);
+  check(!woken, "the latch wait returned before the count-down");
+  const counted = await other.latch(latch.name).countDown();
+  check(counted.count === 0 && counted.open === true, `count-down answered ${JSON.stringify(counted)}`);
+  const seen = await within(5000, "the latch wait after its count-down", waiting);
+  check(seen.open === true && seen.count === 0, `the latch wait resolved with ${JSON.stringify(seen)}`);
+  steps.push("latch wait woken by a count-down");
+
+  return { runtime, ok: true, steps };
+}
+
+/** The environment's LATCHKEY_URL and LATCHKEY_API_KEY, as `get(name)` gives them. */
+export function settings(get, runtime) {
+  return { url: get("LATCHKEY_URL"), apiKey: get("LATCHKEY_API_KEY") || undefined, runtime };
+}
