@@ -4,9 +4,14 @@
 // resolves with a short account of what it saw.
 //
 // Only what every runtime has: fetch, AbortSignal, setTimeout,
-// crypto.randomUUID. No `node:` import, no `process`.
+// crypto.randomUUID. No `node:` import, no `process` (the example reads
+// LATCHKEY_URL and LATCHKEY_API_KEY from `process.env`, as it says: every
+// runtime's entry gives it one).
 
 import { HoldLostError, Latchkey, NotAcquiredError } from "../dist/index.js";
+// The README's edge-function example (examples/edge-function.ts), bundled
+// by run.sh with its own copy of the client, as a deployed function has it.
+import example from "./build/edge-function.js";
 
 /** An error thrown by a failed check. */
 export class CheckFailed extends Error {
@@ -54,9 +59,11 @@ function within(ms, what, promise) {
 /**
  * Runs the core test. `url` and `apiKey` come from the runtime's
  * environment (LATCHKEY_URL, LATCHKEY_API_KEY); `runtime` names it in the
- * account.
+ * account. `example: false` leaves out the README's example (for a Worker
+ * without `process.env`, where the example's `new Latchkey()` cannot find
+ * the service).
  */
-export async function runCore({ url, apiKey, runtime }) {
+export async function runCore({ url, apiKey, runtime, example: withExample = true }) {
   check(typeof url === "string" && url !== "", "LATCHKEY_URL is not set");
   const steps = [];
   const lk = new Latchkey({ url, apiKey });
@@ -129,7 +136,34 @@ export async function runCore({ url, apiKey, runtime }) {
   check(seen.open === true && seen.count === 0, `the latch wait resolved with ${JSON.stringify(seen)}`);
   steps.push("latch wait woken by a count-down");
 
+  if (withExample) await runExample(other, steps);
   return { runtime, ok: true, steps };
+}
+
+/** The README's edge-function example, called as the runtime would call it. */
+async function runExample(other, steps) {
+  const orderId = unique("order");
+  const order = () =>
+    new Request("http://edge.example/orders", { method: "POST", body: JSON.stringify({ orderId }) });
+  const charged = await example.fetch(order());
+  const receipt = await charged.json();
+  check(charged.status === 200, `the example answered ${charged.status}: ${JSON.stringify(receipt)}`);
+  check(receipt.fencingToken > 0, `the example's fencing token ${receipt.fencingToken}`);
+  check(
+    receipt.receipt === `charged ${orderId} with token ${receipt.fencingToken}`,
+    `the example's receipt ${JSON.stringify(receipt.receipt)}`,
+  );
+  const blocker = await other.lock(`order-${orderId}`, { leaseMs: 10000 });
+  try {
+    const busy = await example.fetch(order());
+    const answer = await busy.json();
+    check(busy.status === 409, `the example answered ${busy.status}, not 409, while the order was locked`);
+    check(answer.busy === true && answer.orderId === orderId, `the example's busy answer ${JSON.stringify(answer)}`);
+    check(Number(busy.headers.get("Retry-After")) >= 1, `Retry-After ${busy.headers.get("Retry-After")}`);
+  } finally {
+    await blocker.release();
+  }
+  steps.push("the README's edge-function example: charged under the lock, 409 busy while another holds it");
 }
 
 /** The environment's LATCHKEY_URL and LATCHKEY_API_KEY, as `get(name)` gives them. */

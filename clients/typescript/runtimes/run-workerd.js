@@ -1,7 +1,10 @@
 // Runs the core test in workerd (Cloudflare Workers' runtime) through
 // Miniflare: the bundled worker.js (build/worker.js, made by run.sh) with
-// LATCHKEY_URL and LATCHKEY_API_KEY as its bindings; one request to it runs
-// the test. Then what becomes of a hold's renewal after the response: not
+// LATCHKEY_URL and LATCHKEY_API_KEY as its bindings, as two Workers: one
+// with no compatibility flag (the core test without the README's example,
+// which reads `process.env`) and one with `nodejs_compat` (all of it, the
+// example included, with `process.env` made from the bindings). One
+// request to each runs the test. Then what becomes of a hold's renewal after the response: not
 // renewed without `ctx.waitUntil` (its lease runs out), renewed while
 // `waitUntil` keeps the request alive. Exits 0 when all of it passed, 1
 // otherwise.
@@ -34,20 +37,32 @@ function check(condition, what) {
 // The module listed by hand: Miniflare's own module walk refuses the
 // client's `import(specifier)` in a variable (its owner label's `node:os`,
 // reached only where there is a `process`, which a Worker has not).
-const mf = new Miniflare({
+const worker = {
   modules: [{ type: "ESModule", path: new URL("build/worker.js", import.meta.url).pathname }],
   compatibilityDate: "2025-07-18",
   bindings,
+};
+const mf = new Miniflare({
+  workers: [
+    { name: "plain", ...worker },
+    { name: "nodejs-compat", ...worker, compatibilityFlags: ["nodejs_compat"] },
+  ],
 });
 try {
-  const response = await mf.dispatchFetch("http://worker.test/");
-  const body = await response.json();
-  check(response.status === 200 && body.ok === true, `core test (${response.status}): ${body.error ?? JSON.stringify(body)}`);
-  for (const step of body.steps) console.log(`${label}: ok: ${step}`);
+  for (const [name, path] of [
+    ["plain", "/?example=0"],
+    ["nodejs-compat", "/"],
+  ]) {
+    const response = await (await mf.getWorker(name)).fetch(`http://worker.test${path}`);
+    const body = await response.json();
+    check(response.status === 200 && body.ok === true, `${name}: (${response.status}): ${body.error ?? JSON.stringify(body)}`);
+    for (const step of body.steps) console.log(`${label} (${name}): ok: ${step}`);
+  }
 
   // No waitUntil: once the response is sent, the hold's timers never run
   // again, so it is not renewed and its lease (600 ms) runs out.
-  const bare = await (await mf.dispatchFetch("http://worker.test/after-response")).json();
+  const plain = await mf.getWorker("plain");
+  const bare = await (await plain.fetch("http://worker.test/after-response")).json();
   check(bare.fencingToken > 0, `after-response: ${JSON.stringify(bare)}`);
   await sleep(1500);
   const expired = await lockState(bare.name);
@@ -55,7 +70,7 @@ try {
   console.log(`${label}: ok: after the response without waitUntil: not renewed, free once its 600 ms lease ran out`);
 
   // waitUntil(3000 ms, then release): renewed past its lease meanwhile.
-  const kept = await (await mf.dispatchFetch("http://worker.test/after-response?wait-until=3000")).json();
+  const kept = await (await plain.fetch("http://worker.test/after-response?wait-until=3000")).json();
   await sleep(1500);
   const renewed = await lockState(kept.name);
   check(renewed.locked === true, "a hold kept by waitUntil was not renewed past its 600 ms lease");

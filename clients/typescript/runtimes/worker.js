@@ -2,7 +2,10 @@
 // whose fetch handler runs the test and answers with the result, 200 when
 // it passed and 500 with the error when not. Bundled into one file with
 // esbuild by run.sh; run-workerd.js runs it in Miniflare and calls it.
-// LATCHKEY_URL and LATCHKEY_API_KEY are the Worker's bindings (`env`).
+// LATCHKEY_URL and LATCHKEY_API_KEY are the Worker's bindings (`env`), and
+// with the `nodejs_compat` flag also `process.env`, where the README's
+// example finds them; `?example=0` leaves the example out (a Worker
+// without that flag).
 //
 // `/after-response` shows what happens to a hold's background renewal
 // once the response is sent: it takes a lock (lease 600 ms) and answers at
@@ -29,7 +32,8 @@ export default {
     const url = new URL(request.url);
     try {
       if (url.pathname === "/after-response") return await afterResponse(url, env, ctx);
-      return Response.json(await runCore(settings((name) => env[name], "workerd")));
+      const example = url.searchParams.get("example") !== "0";
+      return Response.json(await runCore({ ...settings((name) => env[name], "workerd"), example }));
     } catch (error) {
       return Response.json({ ok: false, error: String(error?.stack ?? error) }, { status: 500 });
     }
