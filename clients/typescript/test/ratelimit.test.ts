@@ -52,6 +52,19 @@ test("a wait is admitted when the permits come within it, refused at once when t
   await limiter.delete();
 });
 
+test("an aborted wait rejects with the signal's reason", async () => {
+  const lk = client();
+  const limiter = lk.rateLimiter(unique("rate-abort"));
+  await limiter.configure({ rate: 1, perMs: 5000 });
+  await limiter.acquire();
+  const controller = new AbortController();
+  const reason = new Error("the caller went away");
+  const waiting = limiter.acquire({ waitMs: 10_000, signal: controller.signal });
+  setTimeout(() => controller.abort(reason), 100);
+  await assert.rejects(waiting, (error: unknown) => error === reason);
+  await limiter.delete();
+});
+
 test("an acquire sent again with its idempotencyKey counts once and replays the first answer", async () => {
   const lk = client();
   const limiter = lk.rateLimiter(unique("rate-idem"));
