@@ -8,7 +8,7 @@
 // LATCHKEY_URL and LATCHKEY_API_KEY from `process.env`, as it says: every
 // runtime's entry gives it one).
 
-import { HoldLostError, Latchkey, NotAcquiredError } from "../dist/index.js";
+import { HoldLostError, Latchkey, NotAcquiredError, RateLimitedError, SessionLostError } from "../dist/index.js";
 // The README's edge-function example (examples/edge-function.ts), bundled
 // by run.sh with its own copy of the client, as a deployed function has it.
 import example from "./build/edge-function.js";
@@ -136,8 +136,67 @@ export async function runCore({ url, apiKey, runtime, example: withExample = tru
   check(seen.open === true && seen.count === 0, `the latch wait resolved with ${JSON.stringify(seen)}`);
   steps.push("latch wait woken by a count-down");
 
+  await runRateLimit(lk, steps);
+  await runSession(lk, other, { url, apiKey }, steps);
   if (withExample) await runExample(other, steps);
   return { runtime, ok: true, steps };
+}
+
+/** A rate limiter's shared bucket: admitted up to its burst, then refused with a retry time. */
+async function runRateLimit(lk, steps) {
+  const limiter = lk.rateLimiter(unique("rate"));
+  await limiter.configure({ rate: 2, perMs: 60000 });
+  try {
+    const first = await limiter.acquire();
+    check(first.permits === 1 && first.available === 1, `the first acquire answered ${JSON.stringify(first)}`);
+    const second = await limiter.acquire();
+    check(second.available === 0, `the second acquire answered ${JSON.stringify(second)}`);
+    let refusal;
+    try {
+      await limiter.acquire();
+    } catch (error) {
+      refusal = error;
+    }
+    check(refusal instanceof RateLimitedError, `the third acquire was not refused with RateLimitedError: ${refusal}`);
+    check(refusal.retryAfterMs > 0, `the refusal's retryAfterMs is ${refusal.retryAfterMs}`);
+    steps.push(`rate limiter (2 a minute): 2 admitted, the 3rd refused (retry after ${refusal.retryAfterMs} ms)`);
+  } finally {
+    await limiter.delete();
+  }
+}
+
+/**
+ * A session renewed in the background past its TTL with a lock in it,
+ * closed (which releases the lock); another deleted from outside
+ * (`DELETE /sessions/{id}`), which its signal and its hold's tell.
+ */
+async function runSession(lk, other, { url, apiKey }, steps) {
+  const name = unique("session-lock");
+  const session = await lk.session({ ttlMs: 600 });
+  const held = await lk.lock(name, { session });
+  await sleep(2000);
+  check(!session.lost && !held.lost, "the session or its hold was lost while the session was renewed");
+  check((await other.lockState(name)).locked === true, "the lock in the session is free after 3 TTLs: not renewed");
+  check((await session.state()).holds === 1, "the session does not count its hold");
+  await session.close();
+  check(session.released === true && held.released === true, "close() did not release the session and its hold");
+  check((await other.lockState(name)).locked === false, "the lock is still held after the session closed");
+  steps.push("session renewed past 3 TTLs of 600 ms with a lock in it; close() released the lock");
+
+  const doomed = await lk.session({ ttlMs: 900 });
+  const hold = await lk.lock(name, { session: doomed });
+  const response = await fetch(`${url}/sessions/${encodeURIComponent(doomed.id)}`, {
+    method: "DELETE",
+    headers: apiKey ? { Authorization: `Bearer ${apiKey}` } : {},
+  });
+  await response.body?.cancel();
+  check(response.status === 200, `DELETE /sessions/{id} answered ${response.status}`);
+  check(await abortedWithin(doomed.signal, 3000), "the session's signal did not abort within 3 s of its deletion");
+  check(doomed.signal.reason instanceof SessionLostError, `the session's loss is ${doomed.signal.reason}`);
+  check(hold.lost && hold.signal.reason instanceof HoldLostError, "the hold in the deleted session is not lost");
+  check(hold.signal.reason.reason === "session-lost", `the hold's loss is ${hold.signal.reason.reason}`);
+  await doomed.close(); // its 404 is ignored on a lost session
+  steps.push("session deleted from outside: its signal and its hold's aborted (session-lost)");
 }
 
 /** The README's edge-function example, called as the runtime would call it. */
