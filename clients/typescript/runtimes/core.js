@@ -9,9 +9,11 @@
 // runtime's entry gives it one).
 
 import { HoldLostError, Latchkey, NotAcquiredError, RateLimitedError, SessionLostError } from "../dist/index.js";
-// The README's edge-function example (examples/edge-function.ts), bundled
-// by run.sh with its own copy of the client, as a deployed function has it.
+// The READMEs' edge-function examples (examples/edge-function.ts and
+// examples/rate-limit-edge.ts), bundled by run.sh each with its own copy
+// of the client, as a deployed function has it.
 import example from "./build/edge-function.js";
+import limited, { PER_IP, SITE } from "./build/rate-limit-edge.js";
 
 /** An error thrown by a failed check. */
 export class CheckFailed extends Error {
@@ -59,8 +61,8 @@ function within(ms, what, promise) {
 /**
  * Runs the core test. `url` and `apiKey` come from the runtime's
  * environment (LATCHKEY_URL, LATCHKEY_API_KEY); `runtime` names it in the
- * account. `example: false` leaves out the README's example (for a Worker
- * without `process.env`, where the example's `new Latchkey()` cannot find
+ * account. `example: false` leaves out the READMEs' examples (for a Worker
+ * without `process.env`, where the examples' `new Latchkey()` cannot find
  * the service).
  */
 export async function runCore({ url, apiKey, runtime, example: withExample = true }) {
@@ -138,8 +140,56 @@ export async function runCore({ url, apiKey, runtime, example: withExample = tru
 
   await runRateLimit(lk, steps);
   await runSession(lk, other, { url, apiKey }, steps);
-  if (withExample) await runExample(other, steps);
+  if (withExample) {
+    await runExample(other, steps);
+    await runRateLimitExample(lk, steps);
+  }
   return { runtime, ok: true, steps };
+}
+
+/**
+ * The rate-limit example: 2 a minute per IP and 3 a minute in all, taken
+ * with one call; a refusal by either limit is a 429 naming it and takes
+ * nothing from the other. Its limiters have fixed names (the example's),
+ * so runs of it must not overlap: run.sh runs the runtimes one by one.
+ */
+async function runRateLimitExample(lk, steps) {
+  const perIp = lk.rateLimiter(PER_IP);
+  const site = lk.rateLimiter(SITE);
+  await perIp.delete().catch(() => false);
+  await site.delete().catch(() => false);
+  await perIp.configure({ rate: 2, perMs: 60000 });
+  await site.configure({ rate: 3, perMs: 60000 });
+  const visit = (ip) =>
+    limited.fetch(new Request("http://edge.example/", { headers: { "x-forwarded-for": `${ip}, 10.0.0.1` } }));
+  try {
+    const octet = Math.floor(Math.random() * 200) + 1;
+    const [a, b, c] = [`198.51.100.${octet}`, `192.0.2.${octet}`, `203.0.113.${octet}`];
+    for (let i = 0; i < 2; i++) {
+      const ok = await visit(a);
+      const text = await ok.text();
+      check(ok.status === 200 && text === `hello, ${a}\n`, `visit ${i + 1} from ${a}: ${ok.status} ${text}`);
+    }
+    const perIpRefusal = await visit(a);
+    const perIpBody = await perIpRefusal.json();
+    check(perIpRefusal.status === 429, `a 3rd visit from one IP answered ${perIpRefusal.status}, not 429`);
+    check(perIpBody.limit === PER_IP, `the per-IP refusal names ${JSON.stringify(perIpBody)}`);
+    check(Number(perIpRefusal.headers.get("Retry-After")) >= 1, "the per-IP refusal has no Retry-After");
+    const siteLeft = (await site.state()).available;
+    check(siteLeft === 1, `the per-IP refusal took from the site's limit: ${siteLeft} left, not 1`);
+    const other = await visit(b);
+    await other.body?.cancel();
+    check(other.status === 200, `a visit from another IP answered ${other.status}`);
+    const siteRefusal = await visit(c);
+    const siteBody = await siteRefusal.json();
+    check(siteRefusal.status === 429 && siteBody.limit === SITE, `the 4th visit in all: ${siteRefusal.status} ${JSON.stringify(siteBody)}`);
+    const cLeft = (await perIp.state({ key: c })).available;
+    check(cLeft === 2, `the site's refusal took from ${c}'s own limit: ${cLeft} left, not 2`);
+  } finally {
+    await perIp.delete();
+    await site.delete();
+  }
+  steps.push("the README's rate-limit example: 429 naming the per-IP limit, then the site's, each taking nothing from the other");
 }
 
 /** A rate limiter's shared bucket: admitted up to its burst, then refused with a retry time. */

@@ -17,13 +17,16 @@ fi
 (cd .. && npm ci --silent --no-audit --no-fund && npm run --silent build)
 npm ci --silent --no-audit --no-fund
 
-# The README's edge-function example (TypeScript, importing "latchkey"),
-# bundled with the built client as a deployed function would be; core.js
-# imports it. workerd and edge-runtime take one file: the test and the
+# The READMEs' edge-function examples (TypeScript, importing "latchkey"),
+# each bundled with the built client as a deployed function would be;
+# core.js imports them. workerd and edge-runtime take one file: the test and the
 # client bundled.
 rm -rf build
 mkdir -p build
-node_modules/.bin/esbuild ../examples/edge-function.ts --bundle --format=esm --platform=neutral --alias:latchkey=../dist/index.js --log-level=warning --outfile=build/edge-function.js
+for example in edge-function rate-limit-edge; do
+  node_modules/.bin/esbuild "../examples/$example.ts" --bundle --format=esm --platform=neutral \
+    --alias:latchkey=../dist/index.js --log-level=warning --outfile="build/$example.js"
+done
 node_modules/.bin/esbuild worker.js --bundle --format=esm --platform=neutral --log-level=warning --outfile=build/worker.js
 node_modules/.bin/esbuild edge.js --bundle --format=iife --platform=browser --log-level=warning --outfile=build/edge.js
 

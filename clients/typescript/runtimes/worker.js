@@ -3,8 +3,8 @@
 // it passed and 500 with the error when not. Bundled into one file with
 // esbuild by run.sh; run-workerd.js runs it in Miniflare and calls it.
 // LATCHKEY_URL and LATCHKEY_API_KEY are the Worker's bindings (`env`), and
-// with the `nodejs_compat` flag also `process.env`, where the README's
-// example finds them; `?example=0` leaves the example out (a Worker
+// with the `nodejs_compat` flag also `process.env`, where the READMEs'
+// examples find them; `?example=0` leaves the examples out (a Worker
 // without that flag).
 //
 // `/after-response` shows what happens to a hold's background renewal
