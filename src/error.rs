@@ -162,6 +162,20 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<Vec<Option<String>>>, example = json!(["web-7 pid 4242 POST /orders/42"]))]
     pub held_by: Option<Vec<Option<String>>>,
+    /// On an acquire of several rate limits (`rate-limited`, `not-found`,
+    /// `out-of-range`): the limit the problem is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub limit: Option<LimitRef>,
+}
+
+/// One limit of an acquire of several: a rate limiter's name and the key
+/// (null: its shared bucket).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({"name": "api-per-user", "key": "user-42"}))]
+pub struct LimitRef {
+    pub name: String,
+    pub key: Option<String>,
 }
 
 /// An error answer: the problem document and its `Retry-After` header.
@@ -175,6 +189,8 @@ pub struct ApiErrorBody {
     pub problem: Problem,
     /// `Retry-After` header in whole seconds, when the client should retry.
     pub retry_after_secs: Option<u64>,
+    /// Further header fields (a rate limiter's `RateLimit`).
+    pub headers: Vec<(header::HeaderName, HeaderValue)>,
 }
 
 impl std::ops::Deref for ApiError {
@@ -207,8 +223,10 @@ impl ApiError {
                 blocked_by: None,
                 not_held: None,
                 held_by: None,
+                limit: None,
             },
             retry_after_secs: None,
+            headers: Vec::new(),
         }))
     }
 
@@ -435,6 +453,7 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after_secs {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        headers.extend(self.0.headers);
         if status == StatusCode::UNAUTHORIZED {
             headers.insert(
                 header::WWW_AUTHENTICATE,
@@ -484,7 +503,9 @@ impl From<WaitError> for ApiError {
             WaitError::TooManyWaiters { limit } => ApiError::too_many_waiters(limit),
             WaitError::Backend(e) => e.into(),
             WaitError::Refused(Refusal::UpgradeWouldDeadlock) => ApiError::upgrade_would_deadlock(),
-            WaitError::Refused(Refusal::NotFound) => ApiError::no_such_object(),
+            WaitError::Refused(Refusal::NotFound | Refusal::NotFoundOf(_)) => {
+                ApiError::no_such_object()
+            }
             WaitError::Refused(Refusal::NoSession) => ApiError::no_such_session(),
             WaitError::Refused(Refusal::SessionMismatch) => ApiError::session_mismatch(),
             WaitError::Refused(Refusal::MoreThan(permits)) => ApiError::out_of_range(format!(
@@ -493,12 +514,14 @@ impl From<WaitError> for ApiError {
             ))
             .with_field("permits")
             .with_range(1, permits),
-            WaitError::Refused(Refusal::OverBurst(burst)) => ApiError::out_of_range(format!(
-                "permits must be at most the rate limiter's burst of {burst}; a request for \
+            WaitError::Refused(Refusal::OverBurst(burst) | Refusal::OverBurstOf(_, burst)) => {
+                ApiError::out_of_range(format!(
+                    "permits must be at most the rate limiter's burst of {burst}; a request for \
                  more could never be admitted"
-            ))
-            .with_field("permits")
-            .with_range(1, burst),
+                ))
+                .with_field("permits")
+                .with_range(1, burst)
+            }
         }
     }
 }

@@ -115,6 +115,8 @@ pub struct Blocked {
     /// [`MAX_HELD_BY`]; `None` for a hold without one). Empty when no hold
     /// blocks it (only waiters queued ahead). Never holder ids.
     pub held_by: Vec<Option<String>>,
+    /// Of an acquire of several rate limits: the one that refused.
+    pub which: Option<usize>,
 }
 
 /// The most owners a refusal names in `held_by`.
@@ -167,6 +169,10 @@ pub enum Refusal {
     /// The request asks for more than the object ever admits at once
     /// (`permits` beyond a rate limiter's burst).
     OverBurst(u64),
+    /// [`Refusal::NotFound`] of limit `0` of an acquire of several.
+    NotFoundOf(usize),
+    /// [`Refusal::OverBurst`] of limit `0` of an acquire of several.
+    OverBurstOf(usize, u64),
     /// The holder already holds the object in another session, or in one
     /// while the request names none (or the reverse): one hold cannot be
     /// in two sessions, since a session renews and releases only its own.
@@ -437,6 +443,7 @@ pub(crate) fn queued(reply: &[Value]) -> Result<Blocked, StoreError> {
             let recheck = reply_u64(recheck, "recheck")?;
             let ticket = reply_u64(ticket, "ticket")?;
             Ok(Blocked {
+                which: None,
                 retry_after_ms: reply_u64(hint, "hint")?,
                 position: Some(reply_u64(position, "position")?),
                 place: (ticket > 0).then_some(Place {

@@ -22,11 +22,94 @@
 //! - `{prefix}{n}:rl:idem:<key>`  what the first acquire with that
 //!   `Idempotency-Key` got, and its first answer "admitted"
 //!   (`scripts/rl_record.lua`); expires after [`IDEMPOTENCY_MS`]
+//! - `{prefix}{n|<h>}:rlk:<key>`  the bucket of the acquires that name
+//!   `key` (`<h>`: a hash of the key, so that a limiter's keys spread
+//!   over a Redis Cluster's slots; `|` is never in a name): the same
+//!   fields plus the configuration it runs under (`scripts/rl.lua`'s
+//!   `load_limiter`); it expires once full again, so an idle key takes no
+//!   memory
+//! - `{prefix}{n|<h>}:rlk:idem:<len>:<key>:<idem>`  a key's
+//!   `Idempotency-Key` records
+//!
+//! A key's bucket cannot be read in the script of its limiter's hash (on
+//! a Cluster they are on different slots), so its scripts are handed the
+//! configuration by the caller: each instance keeps what it last read of
+//! every limiter it serves for at most [`CONFIG_TTL`] (dropped at once
+//! when it changes or deletes the limiter itself). A PUT reaches every key
+//! within that time; a key never goes back to an older configuration.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 use redis::Value;
 
 use super::{AttemptId, IDEMPOTENCY_MS, Idempotent};
-use crate::store::{Store, StoreError, reply_u64, scripts};
+use crate::store::{Script, Store, StoreError, reply_u64, scripts};
+
+/// How long an instance uses the configuration it read of a limiter for
+/// the limiter's keys before reading it again: what bounds the time a PUT
+/// takes to reach every key.
+pub const CONFIG_TTL: Duration = Duration::from_millis(500);
+
+/// At most this many limiters' configurations are kept; beyond it, those
+/// older than [`CONFIG_TTL`] are dropped first.
+const CONFIG_CACHE: usize = 4096;
+
+/// What a key's scripts are told of their limiter: its configuration, its
+/// incarnation and the configuration's version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    pub config: RateConfig,
+    pub incarnation: String,
+    pub ver: u64,
+}
+
+impl Known {
+    /// The five ARGV a key's script takes last (`scripts/rl_keyed.lua`).
+    fn args(&self) -> [String; 5] {
+        let c = self.config;
+        [
+            c.rate.to_string(),
+            c.per_ms.to_string(),
+            c.burst.to_string(),
+            self.incarnation.clone(),
+            self.ver.to_string(),
+        ]
+    }
+}
+
+/// One limit of an acquire: a limiter, and optionally which key's bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub name: String,
+    pub key: Option<String>,
+    pub permits: u64,
+}
+
+/// The answer to an acquire from several limits at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakenAll {
+    /// Admitted now: what each limit could admit next.
+    Admitted { available: Vec<u64> },
+    /// Reserved: each limit's permits are the waiter's in `wait_us`.
+    Reserved {
+        wait_us: u64,
+        reservations: Vec<Reservation>,
+    },
+    /// Nothing taken: every limit admits in `wait_us`, later than the
+    /// request may wait; limit `which` is one that refused.
+    Limited {
+        wait_us: u64,
+        which: usize,
+        available: u64,
+    },
+    /// Limit `which`'s limiter does not exist.
+    NotFound { which: usize },
+    /// More permits than limit `which`'s burst.
+    OverBurst { which: usize, burst: u64 },
+}
 
 /// A limiter's configuration: `rate` permits per `per_ms` milliseconds,
 /// and at most `burst` at once.
@@ -51,6 +134,16 @@ pub struct RateState {
 pub struct Reservation {
     pub incarnation: String,
     pub slot_us: u64,
+}
+
+impl Reservation {
+    /// No reservation: permits admitted at once.
+    fn unused() -> Self {
+        Reservation {
+            incarnation: String::new(),
+            slot_us: 0,
+        }
+    }
 }
 
 /// The answer to an acquire.
@@ -88,9 +181,45 @@ pub enum Due {
     Gone,
 }
 
+/// On a Redis Cluster, how many times an acquire from several limits
+/// reserves them all again for a later instant before it gives up.
+const MULTI_ROUNDS: usize = 3;
+
+/// On a Redis Cluster, how much later than the others one limit may be
+/// reserved for in the same round (the calls run one after another).
+const MULTI_SLACK_US: u64 = 2_000;
+
+/// Where one call about a bucket goes (see [`RateLimiters::target`]).
+struct Target {
+    script: &'static Script,
+    /// `[bucket, record]`.
+    keys: [String; 2],
+    /// For a key's bucket: the configuration its script is told.
+    known: Option<Known>,
+}
+
+impl Target {
+    /// The script's own ARGV, then a key's configuration.
+    fn args(&self, own: &[String]) -> Vec<String> {
+        let mut args = own.to_vec();
+        if let Some(known) = &self.known {
+            args.extend(known.args());
+        }
+        args
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct RateLimiters {
     store: Store,
+    /// What this instance last read of each limiter, and when.
+    known: Arc<Mutex<HashMap<String, (Instant, Known)>>>,
+}
+
+/// A key's bucket within a limiter, and its `Idempotency-Key` records.
+fn key_tag(name: &str, key: &str) -> String {
+    let hash = crate::store::scan::order_of(key) as u32;
+    format!("{name}|{hash:08x}")
 }
 
 fn state(reply: &[Value]) -> Result<Option<RateState>, StoreError> {
@@ -110,11 +239,103 @@ fn state(reply: &[Value]) -> Result<Option<RateState>, StoreError> {
 
 impl RateLimiters {
     pub fn new(store: Store) -> Self {
-        RateLimiters { store }
+        RateLimiters {
+            store,
+            known: Arc::default(),
+        }
     }
 
     fn key(&self, name: &str) -> String {
         self.store.key(name, "rl")
+    }
+
+    /// The bucket of `key` in limiter `name` (README: "Rate limits per
+    /// key").
+    fn bucket_key(&self, name: &str, key: &str) -> String {
+        self.store.key_of(&key_tag(name, key), &["rlk:", key])
+    }
+
+    /// `[bucket, record]` of a key's script (see [`Idempotent::keys`]).
+    fn bucket_keys(&self, name: &str, key: &str, idempotency_key: Option<&str>) -> [String; 2] {
+        let bucket = self.bucket_key(name, key);
+        let record = match idempotency_key {
+            Some(idem) => self.store.key_of(
+                &key_tag(name, key),
+                &["rlk:idem:", &key.len().to_string(), ":", key, ":", idem],
+            ),
+            None => bucket.clone(),
+        };
+        [bucket, record]
+    }
+
+    /// Reads the limiter's configuration from Redis (and keeps it); `None`
+    /// when there is no such limiter.
+    async fn read_known(&self, name: &str) -> Result<Option<Known>, StoreError> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.key(name))
+            .arg(&["rate", "per_ms", "burst", "gen", "ver"]);
+        let reply: Vec<Value> = self.store.raw(&cmd).await?;
+        let known = match reply.as_slice() {
+            [Value::Nil, ..] => None,
+            [rate, per_ms, burst, incarnation, ver] => Some(Known {
+                config: RateConfig {
+                    rate: reply_u64(rate, "rate")?,
+                    per_ms: reply_u64(per_ms, "per_ms")?,
+                    burst: reply_u64(burst, "burst")?,
+                },
+                incarnation: reply_u64(incarnation, "gen")?.to_string(),
+                // A limiter configured before versions were counted.
+                ver: match ver {
+                    Value::Nil => 0,
+                    ver => reply_u64(ver, "ver")?,
+                },
+            }),
+            other => return Err(StoreError::reply("rl_config", other)),
+        };
+        let mut cache = self.known.lock();
+        match &known {
+            Some(known) => {
+                if cache.len() >= CONFIG_CACHE {
+                    cache.retain(|_, (at, _)| at.elapsed() < CONFIG_TTL);
+                }
+                cache.insert(name.to_string(), (Instant::now(), known.clone()));
+            }
+            None => {
+                cache.remove(name);
+            }
+        }
+        Ok(known)
+    }
+
+    /// The limiter's configuration as this instance knows it: read at most
+    /// [`CONFIG_TTL`] ago, or now.
+    async fn known(&self, name: &str) -> Result<Option<Known>, StoreError> {
+        let cached = (self.known.lock().get(name))
+            .filter(|(at, _)| at.elapsed() < CONFIG_TTL)
+            .map(|(_, known)| known.clone());
+        match cached {
+            Some(known) => Ok(Some(known)),
+            None => self.read_known(name).await,
+        }
+    }
+
+    /// The limiter's configuration as this instance last read it, however
+    /// long ago (what an answer's `RateLimit` header fields describe);
+    /// `None` when it has none.
+    pub fn known_now(&self, name: &str) -> Option<Known> {
+        self.known.lock().get(name).map(|(_, known)| known.clone())
+    }
+
+    /// Reads the limiter's configuration unless this instance knows it
+    /// (for an answer's header fields; a failure only leaves them out).
+    pub async fn learn(&self, name: &str) {
+        if let Err(e) = self.known(name).await {
+            tracing::debug!(limiter = name, error = %e, "could not read a rate limiter's configuration");
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        self.known.lock().remove(name);
     }
 
     /// The pub/sub channel that tells waiters the limiter was deleted.
@@ -127,52 +348,103 @@ impl RateLimiters {
     /// `scripts/rl_set.lua`). Returns the permits available now.
     pub async fn configure(&self, name: &str, config: RateConfig) -> Result<u64, StoreError> {
         let args = [config.rate, config.per_ms, config.burst].map(|n| n.to_string());
-        let reply: Vec<Value> = self
+        let reply: Result<Vec<Value>, _> = self
             .store
             .write_repeatable(&scripts::RL_SET, &[self.key(name)], &args)
-            .await?;
-        match reply.as_slice() {
-            [available] => reply_u64(available, "available"),
+            .await;
+        self.forget(name);
+        match reply?.as_slice() {
+            [available, _gen, _ver] => reply_u64(available, "available"),
             other => Err(StoreError::reply("rl_set", other)),
         }
     }
 
-    /// The configuration and the permits available now; `None` when there
-    /// is no such limiter.
-    pub async fn state(&self, name: &str) -> Result<Option<RateState>, StoreError> {
-        let no_args: [&str; 0] = [];
+    /// Where a call about the bucket `key` (or the shared one) goes: its
+    /// script, its `[bucket, record]` keys and the ARGV it takes last.
+    /// `None` when the limiter does not exist. `fresh`: read the
+    /// configuration now rather than use what this instance knows.
+    async fn target(
+        &self,
+        name: &str,
+        key: Option<&str>,
+        idempotency_key: Option<&str>,
+        scripts: (&'static Script, &'static Script),
+        fresh: bool,
+    ) -> Result<Option<Target>, StoreError> {
+        let Some(key) = key else {
+            let idempotent = Idempotent {
+                key: idempotency_key,
+            };
+            return Ok(Some(Target {
+                script: scripts.0,
+                keys: idempotent.keys(&self.store, name, "rl", self.key(name)),
+                known: None,
+            }));
+        };
+        let known = match fresh {
+            true => self.read_known(name).await?,
+            false => self.known(name).await?,
+        };
+        Ok(known.map(|known| Target {
+            script: scripts.1,
+            keys: self.bucket_keys(name, key, idempotency_key),
+            known: Some(known),
+        }))
+    }
+
+    /// The configuration and the permits available now (in `key`'s
+    /// bucket, or the shared one); `None` when there is no such limiter.
+    pub async fn state(
+        &self,
+        name: &str,
+        key: Option<&str>,
+    ) -> Result<Option<RateState>, StoreError> {
+        let scripts = (&*scripts::RL_STATE, &*scripts::RL_KEY_STATE);
+        let Some(target) = self.target(name, key, None, scripts, true).await? else {
+            return Ok(None);
+        };
         let reply: Vec<Value> = self
             .store
-            .run(&scripts::RL_STATE, &[self.key(name)], &no_args)
+            .run(target.script, &target.keys[..1], &target.args(&[]))
             .await?;
         state(&reply)
     }
 
-    /// Takes `permits` now, or reserves them if they come within
-    /// `max_wait_us`. With an idempotency key, the first acquire with that
-    /// key within [`IDEMPOTENCY_MS`] is the only one: a retry gets what it
-    /// got (the same reservation while it is pending), and once admitted,
-    /// exactly the key's first answer, `available` included.
+    /// Takes `permits` now (from `key`'s bucket, or the shared one), or
+    /// reserves them if they come within `max_wait_us`. With an
+    /// idempotency key, the first acquire with that key within
+    /// [`IDEMPOTENCY_MS`] is the only one: a retry gets what it got (the
+    /// same reservation while it is pending), and once admitted, exactly
+    /// the key's first answer, `available` included.
     pub async fn acquire(
         &self,
         name: &str,
+        key: Option<&str>,
         permits: u64,
         max_wait_us: u64,
         attempt: &AttemptId,
         idempotency_key: Option<&str>,
     ) -> Result<Taken, StoreError> {
-        let idempotent = Idempotent {
-            key: idempotency_key,
+        let scripts = (&*scripts::RL_ACQUIRE, &*scripts::RL_KEY_ACQUIRE);
+        let Some(target) = (self.target(name, key, idempotency_key, scripts, false)).await? else {
+            return Ok(Taken::NotFound);
         };
-        let keys = idempotent.keys(&self.store, name, "rl", self.key(name));
         let args = [
             permits.to_string(),
             max_wait_us.to_string(),
             attempt.as_str().to_string(),
             IDEMPOTENCY_MS.to_string(),
         ];
+        let idempotent = Idempotent {
+            key: idempotency_key,
+        };
         let reply: Vec<Value> = idempotent
-            .write(&self.store, &scripts::RL_ACQUIRE, &keys, &args)
+            .write(
+                &self.store,
+                target.script,
+                &target.keys,
+                &target.args(&args),
+            )
             .await?;
         let n = |v: &Value, what: &str| reply_u64(v, what);
         Ok(match reply.as_slice() {
@@ -205,18 +477,26 @@ impl RateLimiters {
     /// `scripts/rl_slot.lua`). `owner` is the acquire that reserved, where
     /// the reservation could be given back (none with an
     /// `Idempotency-Key`, which also makes the answer the key's first).
-    /// Settling again answers the same.
+    /// Settling again answers the same. A key's bucket outlives its
+    /// limiter, so its limiter is read first: deleted, or created again
+    /// since, the reservation is gone.
     pub async fn settle(
         &self,
         name: &str,
+        key: Option<&str>,
         reservation: &Reservation,
         owner: Option<&AttemptId>,
         idempotency_key: Option<&str>,
     ) -> Result<Due, StoreError> {
-        let idempotent = Idempotent {
-            key: idempotency_key,
+        let scripts = (&*scripts::RL_SLOT, &*scripts::RL_KEY_SLOT);
+        let target = self
+            .target(name, key, idempotency_key, scripts, true)
+            .await?;
+        let Some(target) = target.filter(|t| {
+            (t.known.as_ref()).is_none_or(|known| known.incarnation == reservation.incarnation)
+        }) else {
+            return Ok(Due::Gone);
         };
-        let keys = idempotent.keys(&self.store, name, "rl", self.key(name));
         let args = [
             reservation.incarnation.clone(),
             reservation.slot_us.to_string(),
@@ -224,7 +504,7 @@ impl RateLimiters {
         ];
         let reply: Vec<Value> = self
             .store
-            .write_repeatable(&scripts::RL_SLOT, &keys, &args)
+            .write_repeatable(target.script, &target.keys, &target.args(&args))
             .await?;
         Ok(match reply.as_slice() {
             [Value::Int(1), available] => Due::Now {
@@ -238,28 +518,237 @@ impl RateLimiters {
         })
     }
 
-    /// Gives back the `permits` that `attempt` took, if it is the last
-    /// acquire of the limiter (nothing was reserved after it) and its
-    /// reservation, if it made one, was not settled (see
-    /// `scripts/rl_give_back.lua`). True when given back; a repeat gives
-    /// nothing more.
+    /// Gives back the `permits` that `attempt` took (from `key`'s bucket,
+    /// or the shared one), if it is the last acquire of that bucket
+    /// (nothing was reserved after it) and its reservation, if it made
+    /// one, was not settled (see `scripts/rl_give_back.lua`). True when
+    /// given back; a repeat gives nothing more.
     pub async fn give_back(
         &self,
         name: &str,
+        key: Option<&str>,
         attempt: &AttemptId,
         permits: u64,
     ) -> Result<bool, StoreError> {
+        let scripts = (&*scripts::RL_GIVE_BACK, &*scripts::RL_KEY_GIVE_BACK);
+        let Some(target) = self.target(name, key, None, scripts, false).await? else {
+            return Ok(false);
+        };
         let args = [attempt.as_str().to_string(), permits.to_string()];
         let given: i64 = self
             .store
-            .write_repeatable(&scripts::RL_GIVE_BACK, &[self.key(name)], &args)
+            .write_repeatable(target.script, &target.keys[..1], &target.args(&args))
             .await?;
         Ok(given == 1)
+    }
+
+    /// Takes permits from several limits at once, from all or from none:
+    /// admitted now, reserved for one instant at which every limit admits
+    /// (when that comes within `max_wait_us`), or refused with when that
+    /// will be (see `scripts/rl_multi.lua`). One script on a single Redis;
+    /// on a Redis Cluster, whose limits live on several shards, the limits
+    /// are reserved one by one for the same instant, and everything
+    /// reserved is given back when one refuses or needs a later instant
+    /// (then they are reserved again for that one, a few times at most).
+    /// No limit ever admits beyond its bound: a reservation given back was
+    /// never the caller's, and one that cannot be given back (reserved
+    /// after by another request) stays spent.
+    pub async fn acquire_all(
+        &self,
+        limits: &[Limit],
+        max_wait_us: u64,
+        attempt: &AttemptId,
+    ) -> Result<TakenAll, StoreError> {
+        let mut targets = Vec::with_capacity(limits.len());
+        for (which, limit) in limits.iter().enumerate() {
+            let scripts = (&*scripts::RL_MULTI, &*scripts::RL_MULTI);
+            let target =
+                (self.target(&limit.name, limit.key.as_deref(), None, scripts, false)).await?;
+            match target {
+                Some(target) => targets.push(target),
+                None => return Ok(TakenAll::NotFound { which }),
+            }
+        }
+        if !self.store.spans_nodes() {
+            let all: Vec<usize> = (0..limits.len()).collect();
+            return self
+                .take(limits, &targets, &all, max_wait_us, 0, attempt)
+                .await;
+        }
+        let start = Instant::now();
+        let elapsed = || start.elapsed().as_micros() as u64;
+        // The instant every limit is reserved for, in µs from `start`.
+        let mut at: u64 = 0;
+        'round: for _ in 0..MULTI_ROUNDS {
+            let mut reserved: Vec<(usize, Reservation)> = Vec::with_capacity(limits.len());
+            let mut available = Vec::with_capacity(limits.len());
+            for which in 0..limits.len() {
+                let now = elapsed();
+                let left = max_wait_us.saturating_sub(now);
+                let taken = self
+                    .take(
+                        limits,
+                        &targets,
+                        &[which],
+                        left,
+                        at.saturating_sub(now),
+                        attempt,
+                    )
+                    .await;
+                let taken = match taken {
+                    Ok(taken) => taken,
+                    Err(e) => {
+                        self.give_back_all(limits, &reserved, attempt).await;
+                        return Err(e);
+                    }
+                };
+                match taken {
+                    TakenAll::Admitted { available: a } => {
+                        reserved.push((which, Reservation::unused()));
+                        available.extend(a);
+                    }
+                    TakenAll::Reserved {
+                        wait_us,
+                        mut reservations,
+                    } => {
+                        let due = now + wait_us;
+                        reserved.push((which, reservations.remove(0)));
+                        if due > at + MULTI_SLACK_US {
+                            // This limit admits later than those before it
+                            // were reserved for: all again, for its instant.
+                            at = due;
+                            self.give_back_all(limits, &reserved, attempt).await;
+                            continue 'round;
+                        }
+                        available.push(0);
+                    }
+                    TakenAll::Limited {
+                        wait_us, available, ..
+                    } => {
+                        self.give_back_all(limits, &reserved, attempt).await;
+                        return Ok(TakenAll::Limited {
+                            wait_us: (now + wait_us).max(at).saturating_sub(elapsed()),
+                            which,
+                            available,
+                        });
+                    }
+                    TakenAll::NotFound { .. } => {
+                        self.give_back_all(limits, &reserved, attempt).await;
+                        return Ok(TakenAll::NotFound { which });
+                    }
+                    TakenAll::OverBurst { burst, .. } => {
+                        self.give_back_all(limits, &reserved, attempt).await;
+                        return Ok(TakenAll::OverBurst { which, burst });
+                    }
+                }
+            }
+            if at == 0 || reserved.iter().all(|(_, r)| r.slot_us == 0) {
+                return Ok(TakenAll::Admitted { available });
+            }
+            return Ok(TakenAll::Reserved {
+                wait_us: at.saturating_sub(elapsed()),
+                reservations: reserved.into_iter().map(|(_, r)| r).collect(),
+            });
+        }
+        // Every round found a limit that admits later still: busy limits.
+        Ok(TakenAll::Limited {
+            wait_us: at.saturating_sub(elapsed()),
+            which: 0,
+            available: 0,
+        })
+    }
+
+    /// One `rl_multi` call over the limits `which` (all of them on a
+    /// single Redis, one at a time on a Cluster).
+    async fn take(
+        &self,
+        limits: &[Limit],
+        targets: &[Target],
+        which: &[usize],
+        max_wait_us: u64,
+        not_before_us: u64,
+        attempt: &AttemptId,
+    ) -> Result<TakenAll, StoreError> {
+        let keys: Vec<&str> = which.iter().map(|&i| targets[i].keys[0].as_str()).collect();
+        let mut args = vec![
+            attempt.as_str().to_string(),
+            max_wait_us.to_string(),
+            not_before_us.to_string(),
+        ];
+        for &i in which {
+            args.push(limits[i].permits.to_string());
+            match &targets[i].known {
+                Some(known) => args.extend(known.args()),
+                None => args.extend(std::iter::repeat_n(String::new(), 5)),
+            }
+        }
+        let reply: Vec<Value> = self.store.write(&scripts::RL_MULTI, &keys, &args).await?;
+        let n = |v: &Value, what: &str| reply_u64(v, what);
+        let bad = || StoreError::reply("rl_multi", &reply);
+        let which_of = |v: &Value| -> Result<usize, StoreError> {
+            let i = n(v, "which")? as usize;
+            which.get(i.wrapping_sub(1)).copied().ok_or_else(bad)
+        };
+        Ok(match reply.as_slice() {
+            [Value::Int(code @ (1 | 2)), wait, slot, _, rest @ ..]
+                if rest.len() == 2 * which.len() =>
+            {
+                let mut available = Vec::with_capacity(which.len());
+                let mut reservations = Vec::with_capacity(which.len());
+                for pair in rest.chunks(2) {
+                    available.push(n(&pair[1], "available")?);
+                    reservations.push(Reservation {
+                        incarnation: n(&pair[0], "incarnation")?.to_string(),
+                        slot_us: n(slot, "slot")?,
+                    });
+                }
+                match code {
+                    1 => TakenAll::Admitted { available },
+                    _ => TakenAll::Reserved {
+                        wait_us: n(wait, "wait")?,
+                        reservations,
+                    },
+                }
+            }
+            [Value::Int(0), wait, _, i, available] => TakenAll::Limited {
+                wait_us: n(wait, "wait")?,
+                which: which_of(i)?,
+                available: n(available, "available")?,
+            },
+            [Value::Int(-1), _, _, i] => TakenAll::NotFound {
+                which: which_of(i)?,
+            },
+            [Value::Int(-2), _, _, i, burst] => TakenAll::OverBurst {
+                which: which_of(i)?,
+                burst: n(burst, "burst")?,
+            },
+            _ => return Err(bad()),
+        })
+    }
+
+    /// Gives back, as far as each still can be, what `attempt` reserved in
+    /// the limits listed (failures leave the permits spent, never more).
+    async fn give_back_all(
+        &self,
+        limits: &[Limit],
+        reserved: &[(usize, Reservation)],
+        attempt: &AttemptId,
+    ) {
+        for (which, _) in reserved.iter().rev() {
+            let limit = &limits[*which];
+            let given = self
+                .give_back(&limit.name, limit.key.as_deref(), attempt, limit.permits)
+                .await;
+            if let Err(e) = given {
+                tracing::debug!(limiter = %limit.name, error = %e, "could not give permits back");
+            }
+        }
     }
 
     /// Removes the limiter; its waiters on every instance end (404). True
     /// when it existed.
     pub async fn delete(&self, name: &str) -> Result<bool, StoreError> {
+        self.forget(name);
         let removed: i64 = self
             .store
             .write(

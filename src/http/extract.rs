@@ -242,6 +242,62 @@ impl<'de> Deserialize<'de> for Owner {
     }
 }
 
+/// The longest rate-limit key, in bytes.
+pub const MAX_LIMIT_KEY: usize = 256;
+
+/// A rate limit's key: whose bucket of the limiter an acquire draws from
+/// (a user id, an IP address; README: "Rate limits per key"). 1–256 bytes
+/// of UTF-8 without control characters; anything else fails the request
+/// (400 `invalid-body`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LimitKey(String);
+
+impl utoipa::PartialSchema for LimitKey {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_LIMIT_KEY))
+            .pattern(Some(r"^[^\u0000-\u001F\u007F-\u009F]+$"))
+            .description(Some(
+                "Whose bucket of the limiter: 1-256 bytes of UTF-8 without control characters \
+                 (e.g. a user id or an IP address). Each key has its own bucket with the \
+                 limiter's configuration; without a key, the limiter's one shared bucket.",
+            ))
+            .examples(["user-42"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for LimitKey {}
+
+impl LimitKey {
+    /// Checks the rules of a key; the error names them.
+    pub fn new(key: String) -> Result<Self, String> {
+        if !(1..=MAX_LIMIT_KEY).contains(&key.len()) {
+            return Err(format!(
+                "key must be 1-{MAX_LIMIT_KEY} bytes of UTF-8, got {} bytes",
+                key.len()
+            ));
+        }
+        if key.chars().any(char::is_control) {
+            return Err("key must have no control characters (newlines, tabs, ...)".into());
+        }
+        Ok(LimitKey(key))
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for LimitKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        LimitKey::new(String::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
 /// A new holder id (or session id) with 128 bits of randomness, as 32 hex
 /// digits.
 pub fn new_holder() -> String {

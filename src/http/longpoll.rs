@@ -156,6 +156,12 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         ApiError::lock_held(blocked.retry_after_ms).with_held_by(blocked.held_by)
     }
 
+    /// The problem a failed request answers (the default conversion; an
+    /// acquisition may name what failed).
+    fn failed(&self, e: WaitError) -> ApiError {
+        e.into()
+    }
+
     /// What a request that was not granted answers: [`Self::blocked`]'s
     /// problem by default.
     fn not_granted(&self, blocked: Blocked) -> NotGranted {
@@ -265,7 +271,7 @@ pub async fn respond<A: Acquisition>(
         Ok(Attempt::Blocked(blocked)) => blocked,
         Ok(Attempt::Refused(refusal)) => {
             metrics.acquisition(primitive, "refused");
-            return Err(WaitError::Refused(refusal).into());
+            return Err(acquisition.failed(WaitError::Refused(refusal)));
         }
         Err(e) => {
             metrics.acquisition(primitive, "error");
@@ -318,7 +324,7 @@ pub async fn respond<A: Acquisition>(
             }
             Err(e) => {
                 metrics.acquisition(primitive, "error");
-                Err(e.into())
+                Err(acquisition.failed(e))
             }
         };
     }
@@ -363,7 +369,7 @@ pub async fn respond<A: Acquisition>(
             }
             Err(e) => {
                 metrics.acquisition(primitive, "error");
-                event("error", &ApiError::from(e).to_json())
+                event("error", &acquisition.failed(e).to_json())
             }
         };
         let _ = tx.send(final_event).await;

@@ -17,16 +17,24 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use utoipa::ToSchema;
 
-use crate::coord::ratelimiters::{Due, RateConfig, RateLimiters, RateState, Reservation, Taken};
+use axum::http::{HeaderName, HeaderValue};
+
+use crate::coord::ratelimiters::{
+    Due, Limit, RateConfig, RateLimiters, RateState, Reservation, Taken, TakenAll,
+};
 use crate::coord::{Attempt, AttemptId, Blocked, Refusal};
-use crate::error::{ApiError, ProblemType};
-use crate::http::access::{Admin, Scope, ScopedName};
-use crate::http::extract::{Amount, ApiJson, ApiPath, Millis, Owner, idempotency_key, wait_from};
+use crate::error::{ApiError, LimitRef, ProblemType};
+use crate::http::access::{Admin, Scope};
+use crate::http::extract::{
+    Amount, ApiJson, ApiPath, ApiQuery, LimitKey, Millis, Owner, check_name, idempotency_key,
+    wait_from,
+};
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, Timing};
 use crate::http::responses::{BodyErrors, ObjectErrors, RateAcquireErrors};
 use crate::state::AppState;
 use crate::store::StoreError;
+use crate::wait::WaitError;
 use crate::wait::WaitMode;
 
 pub const TAG: &str = "rate-limiters";
@@ -68,6 +76,10 @@ pub struct RateLimiterConfig {
 #[schema(example = json!({"name": "api-calls", "rate": 10, "per_ms": 1000, "burst": 10, "available": 7}))]
 pub struct RateLimiterStatus {
     pub name: String,
+    /// The key whose bucket `available` is about (with `?key=`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub key: Option<String>,
     /// Permits per `per_ms`.
     pub rate: u64,
     /// The period of `rate`, in ms.
@@ -83,6 +95,7 @@ impl RateLimiterStatus {
     fn new(name: String, config: RateConfig, available: u64) -> Self {
         RateLimiterStatus {
             name,
+            key: None,
             rate: config.rate,
             per_ms: config.per_ms,
             burst: config.burst,
@@ -110,6 +123,78 @@ pub struct RateAcquireRequest {
     /// and then dropped: a rate limiter keeps no holds, so there is no
     /// holder to show it for.
     pub owner: Option<Owner>,
+    /// Draw from this key's own bucket (e.g. a user id): each key has the
+    /// limiter's rate, period and burst. Without it, the limiter's one
+    /// shared bucket.
+    pub key: Option<LimitKey>,
+}
+
+/// One limit of an acquire of several.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "api-per-user", "key": "user-42", "permits": 1}))]
+pub struct LimitRequest {
+    /// The rate limiter (configured with PUT /rate-limiters/{name}).
+    #[schema(example = "api-per-user")]
+    pub name: String,
+    /// Its key's bucket; without it, the limiter's shared bucket.
+    pub key: Option<LimitKey>,
+    /// Permits to take from it (default 1); at most its `burst`.
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000000, example = 1)]
+    pub permits: Option<Amount>,
+}
+
+/// The most limits one acquire may take from.
+pub const MAX_LIMITS: usize = 16;
+
+/// Body of an acquire of several limits at once.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"limits": [
+    {"name": "api-per-user", "key": "user-42"},
+    {"name": "api-per-ip", "key": "203.0.113.7"},
+    {"name": "api"}
+], "wait_ms": 0}))]
+pub struct LimitsRequest {
+    /// 1 to 16 limits, each a limiter name and optionally a key; the same
+    /// limiter and key at most once.
+    #[schema(min_items = 1, max_items = 16)]
+    pub limits: Vec<LimitRequest>,
+    /// How long to wait for every limit to admit, in ms (default 0 = now
+    /// or never), as for one limiter.
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, example = 0)]
+    pub wait_ms: Option<Millis>,
+    /// Who acquires, in words: checked as on every acquire, kept nowhere.
+    pub owner: Option<Owner>,
+}
+
+/// One limit of an acquire of several, admitted.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({"name": "api-per-user", "key": "user-42", "permits": 1, "available": 19}))]
+pub struct LimitGrant {
+    pub name: String,
+    /// The key's bucket it drew from; null: the limiter's shared bucket.
+    pub key: Option<String>,
+    /// The permits admitted.
+    pub permits: u64,
+    /// Permits another acquire could take from it right now.
+    pub available: u64,
+}
+
+/// The answer to an acquire of several limits: each one's, in the order
+/// they were asked for.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LimitsGrant {
+    pub limits: Vec<LimitGrant>,
+}
+
+/// `GET /rate-limiters/{name}`'s query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct KeyQuery {
+    /// Show this key's bucket (its `available`) rather than the shared one.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 256, example = "user-42")]
+    pub key: Option<LimitKey>,
 }
 
 /// The answer to an acquire.
@@ -152,54 +237,79 @@ fn ms_of(us: u64) -> u64 {
     us.div_ceil(1000)
 }
 
-/// The reservation of one acquire, shared by the clones of its
-/// [`RateAcquisition`] (the SSE task's, a give-back's).
+/// The limits of one acquire and its reservation, shared by the clones of
+/// its [`RateAcquisition`] (the SSE task's, a give-back's).
 struct Held {
     limiters: RateLimiters,
-    name: ScopedName,
-    permits: u64,
+    /// The limits as the store knows them (scoped names).
+    limits: Vec<Limit>,
+    /// The names as the client sent them, for the answer.
+    names: Vec<String>,
+    /// An acquire of several limits (`POST /rate-limiters/acquire`):
+    /// answered as such, and never with an `Idempotency-Key`.
+    several: bool,
     booked: Mutex<Option<Booked>>,
 }
 
 struct Booked {
-    reservation: Reservation,
-    /// The permits reserved (a retry with an `Idempotency-Key` gets the
-    /// first request's).
+    /// One per limit.
+    reservations: Vec<Reservation>,
+    /// The permits reserved of a single limit (a retry with an
+    /// `Idempotency-Key` gets the first request's).
     permits: u64,
     /// The acquire that reserved, where it may be given back; never with
     /// an `Idempotency-Key` (a retry with the key takes the reservation
     /// over, so it must stand).
     owner: Option<AttemptId>,
-    /// Its time came (settled in Redis: it may have been delivered, and
-    /// is never given back), or the limiter was found gone: nothing is
-    /// left to give back.
-    settled: bool,
+    /// Per limit: its time came (settled in Redis: it may have been
+    /// delivered, and is never given back), or the limiter was found
+    /// gone: nothing is left to give back.
+    settled: Vec<bool>,
+    /// Per limit, once settled: what it could admit next.
+    available: Vec<u64>,
 }
 
 impl Drop for Held {
-    /// The request ended with its reservation unused and unsettled (its
-    /// client left, shutdown, an error, Redis stalled past the time): give
-    /// it back, in the background, if nothing was reserved after it. A
-    /// check that did settle it in Redis though its answer was lost makes
-    /// Redis refuse this give-back (`scripts/rl_slot.lua`).
+    /// The request ended with its reservation unused and not wholly
+    /// settled (its client left, shutdown, an error, Redis stalled past
+    /// the time, another limit refused): give back, in the background,
+    /// what each unsettled limit reserved, if nothing was reserved after
+    /// it. A check that did settle it in Redis though its answer was lost
+    /// makes Redis refuse this give-back (`scripts/rl_slot.lua`).
     fn drop(&mut self) {
         let Some(booked) = self.booked.get_mut().take() else {
             return;
         };
-        if let (false, Some(owner)) = (booked.settled, booked.owner) {
-            let acquisition = RateAcquisition::new(
-                self.limiters.clone(),
-                self.name.clone(),
-                self.permits,
-                None,
-                Instant::now(),
-            );
-            longpoll::give_back(acquisition, owner);
+        let Some(owner) = booked.owner else {
+            return;
+        };
+        let limits: Vec<Limit> = (self.limits.iter().zip(&booked.settled))
+            .filter(|(_, settled)| !**settled)
+            .map(|(limit, _)| Limit {
+                permits: match self.several {
+                    true => limit.permits,
+                    false => booked.permits,
+                },
+                ..limit.clone()
+            })
+            .collect();
+        if limits.is_empty() {
+            return;
         }
+        let names = vec![String::new(); limits.len()];
+        let acquisition = RateAcquisition::new(
+            self.limiters.clone(),
+            limits,
+            names,
+            self.several,
+            None,
+            Instant::now(),
+        );
+        longpoll::give_back(acquisition, owner);
     }
 }
 
-/// One acquire of permits.
+/// One acquire of permits, from one limit or several at once.
 #[derive(Clone)]
 struct RateAcquisition {
     held: Arc<Held>,
@@ -208,19 +318,29 @@ struct RateAcquisition {
     wait_until: Instant,
 }
 
+/// What an acquire admitted: per limit, its permits and what it could
+/// admit next.
+#[derive(Debug, Clone)]
+struct Admitted {
+    permits: Vec<u64>,
+    available: Vec<u64>,
+}
+
 impl RateAcquisition {
     fn new(
         limiters: RateLimiters,
-        name: ScopedName,
-        permits: u64,
+        limits: Vec<Limit>,
+        names: Vec<String>,
+        several: bool,
         idempotency_key: Option<Arc<str>>,
         wait_until: Instant,
     ) -> Self {
         RateAcquisition {
             held: Arc::new(Held {
                 limiters,
-                name,
-                permits,
+                several,
+                limits,
+                names,
                 booked: Mutex::new(None),
             }),
             idempotency_key,
@@ -228,34 +348,43 @@ impl RateAcquisition {
         }
     }
 
-    /// The first try: admit, reserve, or say when.
-    async fn take(&self, attempt: &AttemptId) -> Result<Attempt<RateGrant>, StoreError> {
+    fn book(&self, attempt: &AttemptId, reservations: Vec<Reservation>, permits: u64) {
+        let n = reservations.len();
+        *self.held.booked.lock() = Some(Booked {
+            reservations,
+            permits,
+            owner: self.idempotency_key.is_none().then(|| attempt.clone()),
+            settled: vec![false; n],
+            available: vec![0; n],
+        });
+    }
+
+    /// The first try of one limit: admit, reserve, or say when.
+    async fn take_one(&self, attempt: &AttemptId) -> Result<Attempt<Admitted>, StoreError> {
         let held = &self.held;
+        let limit = &held.limits[0];
         let left = self.wait_until.saturating_duration_since(Instant::now());
         let taken = (held.limiters)
             .acquire(
-                &held.name.key,
-                held.permits,
+                &limit.name,
+                limit.key.as_deref(),
+                limit.permits,
                 left.as_micros() as u64,
                 attempt,
                 self.idempotency_key.as_deref(),
             )
             .await?;
         Ok(match taken {
-            Taken::Admitted { permits, available } => {
-                Attempt::Granted(RateGrant { permits, available })
-            }
+            Taken::Admitted { permits, available } => Attempt::Granted(Admitted {
+                permits: vec![permits],
+                available: vec![available],
+            }),
             Taken::Reserved {
                 permits,
                 wait_us,
                 reservation,
             } => {
-                *held.booked.lock() = Some(Booked {
-                    reservation,
-                    permits,
-                    owner: self.idempotency_key.is_none().then(|| attempt.clone()),
-                    settled: false,
-                });
+                self.book(attempt, vec![reservation], permits);
                 Attempt::Blocked(Blocked::after(ms_of(wait_us)))
             }
             Taken::Limited { wait_us, available } => Attempt::Blocked(Blocked {
@@ -267,47 +396,197 @@ impl RateAcquisition {
         })
     }
 
-    /// A later try: has the reservation's time come? If so, it is
-    /// settled (never given back from then on) and granted.
-    async fn at_slot(
-        &self,
-        reservation: &Reservation,
-        permits: u64,
-        owner: Option<&AttemptId>,
-    ) -> Result<Attempt<RateGrant>, StoreError> {
+    /// The first try of several limits: all admit, all reserve, or none.
+    async fn take_all(&self, attempt: &AttemptId) -> Result<Attempt<Admitted>, StoreError> {
         let held = &self.held;
-        let key = self.idempotency_key.as_deref();
-        let due = (held.limiters)
-            .settle(&held.name.key, reservation, owner, key)
+        let left = self.wait_until.saturating_duration_since(Instant::now());
+        let taken = (held.limiters)
+            .acquire_all(&held.limits, left.as_micros() as u64, attempt)
             .await?;
-        let settle = || {
-            if let Some(booked) = held.booked.lock().as_mut() {
-                booked.settled = true;
+        let permits = || held.limits.iter().map(|l| l.permits).collect();
+        Ok(match taken {
+            TakenAll::Admitted { available } => Attempt::Granted(Admitted {
+                permits: permits(),
+                available,
+            }),
+            TakenAll::Reserved {
+                wait_us,
+                reservations,
+            } => {
+                self.book(attempt, reservations, 0);
+                Attempt::Blocked(Blocked::after(ms_of(wait_us)))
             }
-        };
-        Ok(match due {
-            Due::Now { available } => {
-                settle();
-                Attempt::Granted(RateGrant { permits, available })
-            }
-            Due::In { wait_us } => Attempt::Blocked(Blocked::after(ms_of(wait_us))),
-            Due::Gone => {
-                settle();
-                Attempt::Refused(Refusal::NotFound)
+            TakenAll::Limited {
+                wait_us,
+                which,
+                available,
+            } => Attempt::Blocked(Blocked {
+                available: Some(available),
+                which: Some(which),
+                ..Blocked::after(ms_of(wait_us))
+            }),
+            TakenAll::NotFound { which } => Attempt::Refused(Refusal::NotFoundOf(which)),
+            TakenAll::OverBurst { which, burst } => {
+                Attempt::Refused(Refusal::OverBurstOf(which, burst))
             }
         })
     }
+
+    /// A later try: has the reservation's time come in every limit? Each
+    /// limit whose time has come is settled (never given back from then
+    /// on); once all are, the request is granted.
+    async fn at_slot(&self) -> Result<Attempt<Admitted>, StoreError> {
+        let held = &self.held;
+        let key = self.idempotency_key.as_deref();
+        let mut later = 0;
+        for (i, limit) in held.limits.iter().enumerate() {
+            let (reservation, owner, settled) = {
+                let booked = held.booked.lock();
+                let Some(b) = booked.as_ref() else {
+                    return Ok(Attempt::Refused(Refusal::NotFound));
+                };
+                (b.reservations[i].clone(), b.owner.clone(), b.settled[i])
+            };
+            if settled || reservation.slot_us == 0 {
+                continue;
+            }
+            let due = (held.limiters)
+                .settle(
+                    &limit.name,
+                    limit.key.as_deref(),
+                    &reservation,
+                    owner.as_ref(),
+                    key,
+                )
+                .await?;
+            if let Some(refusal) = self.settled(i, due, &mut later) {
+                return Ok(Attempt::Refused(refusal));
+            }
+        }
+        if later > 0 {
+            return Ok(Attempt::Blocked(Blocked::after(ms_of(later))));
+        }
+        let booked = held.booked.lock();
+        let Some(b) = booked.as_ref() else {
+            return Ok(Attempt::Refused(Refusal::NotFound));
+        };
+        Ok(Attempt::Granted(Admitted {
+            permits: match held.several {
+                true => held.limits.iter().map(|l| l.permits).collect(),
+                false => vec![b.permits],
+            },
+            available: b.available.clone(),
+        }))
+    }
+
+    /// Records what limit `i`'s settle found: its time came (settled), it
+    /// comes later (`later`), or its limiter is gone (the refusal).
+    fn settled(&self, i: usize, due: Due, later: &mut u64) -> Option<Refusal> {
+        let mut booked = self.held.booked.lock();
+        let b = booked.as_mut()?;
+        match due {
+            Due::Now { available } => {
+                b.settled[i] = true;
+                b.available[i] = available;
+                None
+            }
+            Due::In { wait_us } => {
+                *later = (*later).max(wait_us);
+                None
+            }
+            Due::Gone => {
+                b.settled[i] = true;
+                Some(match self.held.several {
+                    true => Refusal::NotFoundOf(i),
+                    false => Refusal::NotFound,
+                })
+            }
+        }
+    }
+
+    /// The `RateLimit-Policy` and `RateLimit` header fields of an answer:
+    /// every limit's policy (its configuration, as this instance knows
+    /// it) and what it has left. `wait_ms`: when a refused request's
+    /// permits come (their reset).
+    fn rate_limit_headers(
+        &self,
+        available: &[Option<u64>],
+        wait_ms: Option<u64>,
+    ) -> Vec<(HeaderName, HeaderValue)> {
+        let held = &self.held;
+        let mut policies = Vec::new();
+        let mut states = Vec::new();
+        for (i, limit) in held.limits.iter().enumerate() {
+            let Some(known) = held.limiters.known_now(&limit.name) else {
+                continue;
+            };
+            let item = policy_item(&held.names[i], limit.key.as_deref());
+            let (quota, window) = quota_of(&known.config);
+            policies.push(format!("{item};q={quota};w={window}"));
+            if let Some(left) = available.get(i).copied().flatten() {
+                let reset = match wait_ms {
+                    Some(ms) => ms.div_ceil(1000),
+                    None => refill_secs(&known.config, left),
+                };
+                states.push(format!("{item};r={left};t={reset}"));
+            }
+        }
+        let mut headers = Vec::with_capacity(2);
+        for (name, items) in [("ratelimit-policy", policies), ("ratelimit", states)] {
+            if let (false, Ok(value)) = (items.is_empty(), HeaderValue::from_str(&items.join(", ")))
+            {
+                headers.push((HeaderName::from_static(name), value));
+            }
+        }
+        headers
+    }
+}
+
+/// A quota policy item: the limiter's name, and a key's as its partition
+/// key (a structured-field string and byte sequence).
+fn policy_item(name: &str, key: Option<&str>) -> String {
+    use base64::Engine as _;
+    match key {
+        Some(key) => format!(
+            "\"{name}\";pk=:{}:",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        ),
+        None => format!("\"{name}\""),
+    }
+}
+
+/// A limiter's rate as a quota per window of whole seconds (the header
+/// fields' unit): `rate` per `per_ms` over the shortest whole-second
+/// window that holds it, rounded down.
+fn quota_of(config: &RateConfig) -> (u64, u64) {
+    let window = config.per_ms.div_ceil(1000).max(1);
+    let quota = (config.rate as u128 * window as u128 * 1000 / config.per_ms as u128) as u64;
+    (quota, window)
+}
+
+/// Seconds until a limiter with `left` permits available is full again.
+fn refill_secs(config: &RateConfig, left: u64) -> u64 {
+    let missing = config.burst.saturating_sub(left) as u128;
+    (missing * config.per_ms as u128).div_ceil(config.rate as u128 * 1000) as u64
 }
 
 impl Acquisition for RateAcquisition {
-    type Grant = RateGrant;
+    type Grant = Admitted;
 
     fn primitive(&self) -> &'static str {
         "rate_limiter"
     }
 
     fn channel(&self) -> String {
-        self.held.limiters.wake_channel(&self.held.name.key)
+        self.held.limiters.wake_channel(&self.held.limits[0].name)
+    }
+
+    /// Every limiter's: a deletion of any ends the wait (404).
+    fn channels(&self) -> Vec<String> {
+        let limiters = &self.held.limiters;
+        (self.held.limits.iter())
+            .map(|l| limiters.wake_channel(&l.name))
+            .collect()
     }
 
     /// Each waiter waits for its own time; none waits for another.
@@ -315,14 +594,13 @@ impl Acquisition for RateAcquisition {
         WaitMode::Watch
     }
 
-    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RateGrant>, StoreError> {
-        let booked = (self.held.booked.lock().as_ref())
-            .map(|b| (b.reservation.clone(), b.permits, b.owner.clone()));
-        match booked {
-            Some((reservation, permits, owner)) => {
-                self.at_slot(&reservation, permits, owner.as_ref()).await
-            }
-            None => self.take(attempt).await,
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<Admitted>, StoreError> {
+        if self.held.booked.lock().is_some() {
+            return self.at_slot().await;
+        }
+        match self.held.several {
+            true => self.take_all(attempt).await,
+            false => self.take_one(attempt).await,
         }
     }
 
@@ -342,13 +620,16 @@ impl Acquisition for RateAcquisition {
         (self.idempotency_key.is_none() && !reserved).then_some(attempt)
     }
 
-    /// Gives back what `attempt` took, if nothing was taken after it (and
-    /// it was not a settled reservation).
+    /// Gives back what `attempt` took in each limit, if nothing was taken
+    /// after it there (and it was not a settled reservation).
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        let held = &self.held;
-        (held.limiters)
-            .give_back(&held.name.key, attempt, held.permits)
-            .await
+        let mut given = true;
+        for limit in &self.held.limits {
+            given &= (self.held.limiters)
+                .give_back(&limit.name, limit.key.as_deref(), attempt, limit.permits)
+                .await?;
+        }
+        Ok(given)
     }
 
     /// Only with a reservation: without one, the permits come too late.
@@ -357,17 +638,89 @@ impl Acquisition for RateAcquisition {
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
-        rate_limited(blocked)
+        let which = blocked.which.unwrap_or(0);
+        let mut available = vec![None; self.held.limits.len()];
+        if let Some(slot) = available.get_mut(which) {
+            *slot = blocked.available;
+        }
+        let headers = self.rate_limit_headers(&available, Some(blocked.retry_after_ms));
+        let mut problem = rate_limited(blocked);
+        if self.held.several {
+            problem.problem.limit = Some(self.limit_ref(which));
+        }
+        problem.headers = headers;
+        problem
     }
 
-    fn grant_body<'a>(&'a self, grant: &'a RateGrant) -> impl Serialize + 'a {
-        grant
+    /// A limiter that does not exist is named as such (and, of several,
+    /// which one), as is a request beyond a limit's burst.
+    fn failed(&self, e: WaitError) -> ApiError {
+        let which = match e {
+            WaitError::Refused(Refusal::NotFoundOf(which) | Refusal::OverBurstOf(which, _)) => {
+                Some(which)
+            }
+            _ => None,
+        };
+        let mut problem = match e {
+            WaitError::Refused(Refusal::NotFound | Refusal::NotFoundOf(_)) => no_such_limiter(),
+            e => e.into(),
+        };
+        if let Some(which) = which {
+            problem.problem.limit = Some(self.limit_ref(which));
+        }
+        problem
+    }
+
+    fn grant_body<'a>(&'a self, grant: &'a Admitted) -> impl Serialize + 'a {
+        self.grant(grant)
     }
 
     /// 200, not 201: a rate limiter's grant makes no hold to point to.
-    fn granted(&self, grant: RateGrant) -> Response {
-        Json(grant).into_response()
+    fn granted(&self, grant: Admitted) -> Response {
+        let available: Vec<Option<u64>> = grant.available.iter().copied().map(Some).collect();
+        let headers = self.rate_limit_headers(&available, None);
+        let mut response = Json(self.grant(&grant)).into_response();
+        response.headers_mut().extend(headers);
+        response
     }
+}
+
+impl RateAcquisition {
+    fn limit_ref(&self, which: usize) -> LimitRef {
+        let held = &self.held;
+        LimitRef {
+            name: held.names.get(which).cloned().unwrap_or_default(),
+            key: held.limits.get(which).and_then(|l| l.key.clone()),
+        }
+    }
+
+    fn grant(&self, grant: &Admitted) -> RateAnswer {
+        let held = &self.held;
+        if !held.several {
+            return RateAnswer::One(RateGrant {
+                permits: grant.permits[0],
+                available: grant.available[0],
+            });
+        }
+        RateAnswer::Several(LimitsGrant {
+            limits: (0..held.limits.len())
+                .map(|i| LimitGrant {
+                    name: held.names[i].clone(),
+                    key: held.limits[i].key.clone(),
+                    permits: grant.permits[i],
+                    available: grant.available[i],
+                })
+                .collect(),
+        })
+    }
+}
+
+/// An acquire's answer body: one limit's, or several limits'.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum RateAnswer {
+    One(RateGrant),
+    Several(LimitsGrant),
 }
 
 /// Configure a rate limiter (creating it, or changing it at once).
@@ -427,21 +780,38 @@ pub async fn configure(
     path = "/rate-limiters/{name}",
     operation_id = "get_rate_limiter",
     tag = TAG,
-    params(NamePath),
+    params(NamePath, KeyQuery),
     responses(
-        (status = 200, description = "The configuration and the permits available now", body = RateLimiterStatus),
+        (status = 200, description = "The configuration and the permits available now (in the \
+            key's bucket with `?key=`; a key never used, or full again, has `burst`)", body = RateLimiterStatus),
         ObjectErrors,
     )
 )]
-pub async fn state(
+pub async fn read(
     State(state): State<AppState>,
     scope: Scope,
     ApiPath(path): ApiPath<NamePath>,
+    ApiQuery(query): ApiQuery<KeyQuery>,
 ) -> Result<Json<RateLimiterStatus>, ApiError> {
     let name = scope.name(path.name)?;
-    let RateState { config, available } =
-        (state.rate_limiters.state(&name.key).await?).ok_or_else(no_such_limiter)?;
-    Ok(Json(RateLimiterStatus::new(name.name, config, available)))
+    let key = query.key.map(LimitKey::into_string);
+    let RateState { config, available } = (state.rate_limiters)
+        .state(&name.key, key.as_deref())
+        .await?
+        .ok_or_else(no_such_limiter)?;
+    let mut status = RateLimiterStatus::new(name.name, config, available);
+    status.key = key;
+    Ok(Json(status))
+}
+
+/// A limiter's shared bucket, as [`read`] without a key (what listings
+/// show).
+pub async fn state(
+    state: State<AppState>,
+    scope: Scope,
+    path: ApiPath<NamePath>,
+) -> Result<Json<RateLimiterStatus>, ApiError> {
+    read(state, scope, path, ApiQuery(KeyQuery { key: None })).await
 }
 
 /// Delete a rate limiter. Requests waiting for its permits end with 404
@@ -526,15 +896,117 @@ pub async fn acquire(
     let wait_ms = wait_from(&state, body.wait_ms)?;
     // Validated by the body's parsing; nothing holds, so nothing keeps it.
     drop(body.owner);
+    let limit = Limit {
+        name: name.key,
+        key: body.key.map(LimitKey::into_string),
+        permits,
+    };
     let wait_until = arrived + std::time::Duration::from_millis(wait_ms);
     let limiters = state.rate_limiters.clone();
-    let acquisition = RateAcquisition::new(limiters, name, permits, key, wait_until);
-    let timing = Timing {
+    limiters.learn(&limit.name).await;
+    let acquisition = RateAcquisition::new(
+        limiters,
+        vec![limit],
+        vec![name.name],
+        false,
+        key,
+        wait_until,
+    );
+    longpoll::respond(&state, headers, timing(arrived, wait_ms), acquisition).await
+}
+
+/// A rate-limit acquire's long-poll: its `wait_ms`, and the moment it
+/// takes to be there when reserved permits come due.
+fn timing(arrived: Instant, wait_ms: u64) -> Timing {
+    Timing {
         arrived,
         wait_ms: match wait_ms {
             0 => 0,
             ms => ms + SLOT_GRACE_MS,
         },
-    };
-    longpoll::respond(&state, headers, timing, acquisition).await
+    }
+}
+
+const SSE_EXAMPLE_SEVERAL: &str = "event: waiting\ndata: {\"retry_after_ms\":250}\n\nevent: acquired\ndata: {\"limits\":[{\"name\":\"api-per-user\",\"key\":\"user-42\",\"permits\":1,\"available\":4},{\"name\":\"api\",\"key\":null,\"permits\":1,\"available\":90}]}\n\n";
+
+/// Take permits from several rate limits at once: from all or from none.
+///
+/// Limiting by user *and* by IP *and* globally: each limit names a
+/// limiter and optionally a key, and the acquire takes each one's permits
+/// only if every limit admits them, at the same instant. Otherwise, when
+/// every limit admits within `wait_ms`, they are reserved at once and the
+/// request is answered at that instant (long-poll, or SSE with `Accept:
+/// text/event-stream`). When that is later, 429 `rate-limited` at once,
+/// nothing taken from any of them, with `retry_after_ms` (when every limit
+/// will admit) and `limit` (one that refused). A limiter that does not
+/// exist is 404 `not-found` naming it (`limit`), as is 400 `out-of-range`
+/// for more permits than one's burst. No `Idempotency-Key`: a retry of an
+/// answer lost takes again.
+#[utoipa::path(
+    post,
+    path = "/rate-limiters/acquire",
+    operation_id = "acquire_rate_limiters",
+    tag = TAG,
+    request_body(content = LimitsRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Admitted by every limit. With `Accept: text/event-stream`: \
+            `waiting` events while the request waits, then one of `acquired` (data: this body), \
+            `timeout` or `error` (data: a problem).",
+            content((LimitsGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE_SEVERAL)))),
+        RateAcquireErrors,
+    )
+)]
+pub async fn acquire_all(
+    State(state): State<AppState>,
+    scope: Scope,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<LimitsRequest>,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    if headers.contains_key("idempotency-key") {
+        return Err(ApiError::invalid_body(
+            "an acquire of several limits takes no Idempotency-Key (a retry takes again)",
+        ));
+    }
+    if !(1..=MAX_LIMITS).contains(&body.limits.len()) {
+        return Err(ApiError::invalid_body(format!(
+            "limits must list 1 to {MAX_LIMITS} limits, got {}",
+            body.limits.len()
+        )));
+    }
+    let wait_ms = wait_from(&state, body.wait_ms)?;
+    drop(body.owner);
+    let mut limits = Vec::with_capacity(body.limits.len());
+    let mut names = Vec::with_capacity(body.limits.len());
+    for limit in body.limits {
+        check_name(&limit.name)?;
+        let name = scope.name(limit.name)?;
+        let permits = match limit.permits {
+            None => 1,
+            Some(permits) => permits.within("permits", 1, MAX_BURST)?,
+        };
+        let limit = Limit {
+            name: name.key,
+            key: limit.key.map(LimitKey::into_string),
+            permits,
+        };
+        if limits
+            .iter()
+            .any(|l: &Limit| l.name == limit.name && l.key == limit.key)
+        {
+            return Err(ApiError::invalid_body(format!(
+                "limits lists {:?} with the same key twice; list each limit once",
+                name.name
+            )));
+        }
+        limits.push(limit);
+        names.push(name.name);
+    }
+    let limiters = state.rate_limiters.clone();
+    for limit in &limits {
+        limiters.learn(&limit.name).await;
+    }
+    let wait_until = arrived + std::time::Duration::from_millis(wait_ms);
+    let acquisition = RateAcquisition::new(limiters, limits, names, true, None, wait_until);
+    longpoll::respond(&state, headers, timing(arrived, wait_ms), acquisition).await
 }

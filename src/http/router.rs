@@ -67,10 +67,11 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(latches::wait))
         .routes(routes!(
             ratelimiters::configure,
-            ratelimiters::state,
+            ratelimiters::read,
             ratelimiters::delete
         ))
         .routes(routes!(ratelimiters::acquire))
+        .routes(routes!(ratelimiters::acquire_all))
         .routes(routes!(listings::list_locks))
         .routes(routes!(listings::list_fair_locks))
         .routes(routes!(listings::list_rwlocks))

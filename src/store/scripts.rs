@@ -173,10 +173,15 @@ scripts! {
     SESSION_DELETE => "session_delete" = ["session", "session_delete"],
     // Rate limiters: every script but the delete starts from `rl`; those
     // that answer an Idempotency-Key also read its record (`rl_record`).
-    RL_SET => "rl_set" = ["rl", "rl_set"],
-    RL_ACQUIRE => "rl_acquire" = ["idempotency", "rl", "rl_record", "rl_acquire"],
-    RL_SLOT => "rl_slot" = ["idempotency", "rl", "rl_record", "rl_slot"],
-    RL_STATE => "rl_state" = ["rl", "rl_state"],
-    RL_GIVE_BACK => "rl_give_back" = ["rl", "rl_give_back"],
+    RL_SET => "rl_set" = ["rl_shared", "rl", "rl_set"],
+    RL_ACQUIRE => "rl_acquire" = ["idempotency", "rl_shared", "rl", "rl_record", "rl_acquire"],
+    RL_SLOT => "rl_slot" = ["idempotency", "rl_shared", "rl", "rl_record", "rl_slot"],
+    RL_STATE => "rl_state" = ["rl_shared", "rl", "rl_state"],
+    RL_GIVE_BACK => "rl_give_back" = ["rl_shared", "rl", "rl_give_back"],
+    RL_KEY_ACQUIRE => "rl_key_acquire" = ["idempotency", "rl_keyed", "rl", "rl_record", "rl_acquire"],
+    RL_KEY_SLOT => "rl_key_slot" = ["idempotency", "rl_keyed", "rl", "rl_record", "rl_slot"],
+    RL_KEY_STATE => "rl_key_state" = ["rl_keyed", "rl", "rl_state"],
+    RL_KEY_GIVE_BACK => "rl_key_give_back" = ["rl_keyed", "rl", "rl_give_back"],
+    RL_MULTI => "rl_multi" = ["rl_shared", "rl", "rl_multi"],
     RL_DELETE => "rl_delete" = ["rl_delete"],
 }

@@ -57,7 +57,7 @@ async fn rate_limiter_times_are_exact_when_the_interval_is_no_whole_number_of_us
     let take = |permits, max_wait_us| {
         let limiters = limiters.clone();
         async move {
-            (limiters.acquire("r", permits, max_wait_us, &AttemptId::new(), None))
+            (limiters.acquire("r", None, permits, max_wait_us, &AttemptId::new(), None))
                 .await
                 .unwrap()
         }
@@ -90,7 +90,10 @@ async fn rate_limiter_times_are_exact_when_the_interval_is_no_whole_number_of_us
     // 4 permits' time from the first admission: 1 333 333⅓ µs.
     let frac: u64 = fields["frac"].parse().unwrap();
     assert_eq!(frac, 1, "⅓ µs");
-    assert_eq!(limiters.state("r").await.unwrap().unwrap().available, 0);
+    assert_eq!(
+        limiters.state("r", None).await.unwrap().unwrap().available,
+        0
+    );
 }
 
 /// A give-back takes back only the last acquire (nothing reserved after
@@ -106,25 +109,30 @@ async fn a_rate_limiter_gives_back_only_the_last_acquire_and_only_once() {
     };
     limiters.configure("g", config).await.unwrap();
     let (first, second) = (AttemptId::new(), AttemptId::new());
-    let admitted = limiters.acquire("g", 1, 0, &first, None).await.unwrap();
+    let admitted = limiters
+        .acquire("g", None, 1, 0, &first, None)
+        .await
+        .unwrap();
     assert!(matches!(admitted, Taken::Admitted { .. }));
-    let reserved = limiters.acquire("g", 1, 5_000_000, &second, None).await;
+    let reserved = limiters
+        .acquire("g", None, 1, 5_000_000, &second, None)
+        .await;
     let Ok(Taken::Reserved { reservation, .. }) = reserved else {
         panic!("reserved: {reserved:?}")
     };
     assert!(
-        !limiters.give_back("g", &first, 1).await.unwrap(),
+        !limiters.give_back("g", None, &first, 1).await.unwrap(),
         "not the last"
     );
-    assert!(limiters.give_back("g", &second, 1).await.unwrap());
+    assert!(limiters.give_back("g", None, &second, 1).await.unwrap());
     assert!(
-        !limiters.give_back("g", &second, 1).await.unwrap(),
+        !limiters.give_back("g", None, &second, 1).await.unwrap(),
         "only once"
     );
     // The reservation's incarnation still stands; a new one does not.
     assert!(matches!(
         limiters
-            .settle("g", &reservation, None, None)
+            .settle("g", None, &reservation, None, None)
             .await
             .unwrap(),
         Due::In { .. }
@@ -133,16 +141,19 @@ async fn a_rate_limiter_gives_back_only_the_last_acquire_and_only_once() {
     limiters.configure("g", config).await.unwrap();
     assert_eq!(
         limiters
-            .settle("g", &reservation, None, None)
+            .settle("g", None, &reservation, None, None)
             .await
             .unwrap(),
         Due::Gone
     );
     // A reconfiguration ends what may be given back.
     let third = AttemptId::new();
-    limiters.acquire("g", 1, 0, &third, None).await.unwrap();
+    limiters
+        .acquire("g", None, 1, 0, &third, None)
+        .await
+        .unwrap();
     limiters.configure("g", config).await.unwrap();
-    assert!(!limiters.give_back("g", &third, 1).await.unwrap());
+    assert!(!limiters.give_back("g", None, &third, 1).await.unwrap());
 }
 
 /// Settling a reservation at its time and giving it back exclude each
@@ -160,11 +171,13 @@ async fn a_settled_reservation_is_never_given_back() {
     };
     limiters.configure("s", config).await.unwrap();
     limiters
-        .acquire("s", 1, 0, &AttemptId::new(), None)
+        .acquire("s", None, 1, 0, &AttemptId::new(), None)
         .await
         .unwrap();
     let owner = AttemptId::new();
-    let reserved = limiters.acquire("s", 1, 1_000_000, &owner, None).await;
+    let reserved = limiters
+        .acquire("s", None, 1, 1_000_000, &owner, None)
+        .await;
     let Ok(Taken::Reserved {
         wait_us,
         reservation,
@@ -173,15 +186,18 @@ async fn a_settled_reservation_is_never_given_back() {
     else {
         panic!("reserved: {reserved:?}")
     };
-    let settle = || limiters.settle("s", &reservation, Some(&owner), None);
+    let settle = || limiters.settle("s", None, &reservation, Some(&owner), None);
     assert!(matches!(settle().await.unwrap(), Due::In { .. }), "not yet");
     tokio::time::sleep(Duration::from_micros(wait_us + 1000)).await;
     assert_eq!(settle().await.unwrap(), Due::Now { available: 0 });
     for _ in 0..2 {
-        assert!(!limiters.give_back("s", &owner, 1).await.unwrap());
+        assert!(!limiters.give_back("s", None, &owner, 1).await.unwrap());
     }
     assert_eq!(settle().await.unwrap(), Due::Now { available: 0 });
-    assert_eq!(limiters.state("s").await.unwrap().unwrap().available, 0);
+    assert_eq!(
+        limiters.state("s", None).await.unwrap().unwrap().available,
+        0
+    );
 }
 
 #[tokio::test]
@@ -229,6 +245,7 @@ async fn acquire_by_another_holder_reports_the_remaining_lease() {
             available: None,
             blocked_by: None,
             held_by,
+            which: None,
         }) => {
             assert!(retry_after_ms > 2800 && retry_after_ms <= 3000);
             assert_eq!(held_by, vec![None], "a hold without an owner label");

@@ -121,21 +121,151 @@ local function available(l)
   return (whole(sub(BT, l)))
 end
 
--- The limiter, configured for the arithmetic above, or nil.
-local function load_limiter()
-  local c = redis.call('HMGET', KEYS[1], 'rate', 'per_ms', 'burst', 'tat', 'frac', 'gen')
-  if not c[1] then
-    return nil
+-- floor(n * a / d) for whole n, a, d below 2^32, exactly (n * a itself
+-- may be beyond what a double holds exactly): n = nh * 2^16 + nl.
+local function muldiv(n, a, d)
+  local nh, nl = divmod(n, 65536)
+  local q1, r1 = divmod(nh * a, d)
+  local q2 = divmod(r1 * 65536 + nl * a, d)
+  return q1 * 65536 + q2
+end
+
+local DAY = {86400000000, 0}
+
+-- The lag of bucket `old` (configured) carried over to a new
+-- configuration, which is configured on return. It keeps the permits
+-- available now (at most the new burst), and what waiters have reserved
+-- beyond them stays owed, converted to the new rate: new requests queue
+-- behind it. Every conversion rounds in the strict direction (never more
+-- permits than were kept, never less time owed), and the same rate and
+-- period convert exactly: carrying a bucket over to the configuration it
+-- has leaves its schedule where it was, however often it is repeated.
+-- Owed time is capped at one day at the new rate (a wait is never longer).
+local function carry_over(old, rate, per_ms, burst)
+  local before = lag(old.tat, old.frac)
+  local same = old.rate == rate and old.per_ms == per_ms
+  if le(before, BT) then
+    -- q whole permits available, and `rest` of the next one: n / (per_ms
+    -- * 1000) of a permit, with n = rest in ticks (below per_ms * 1000).
+    local q, rest = whole(sub(BT, before))
+    local n = rest[1] * R + rest[2]
+    local old_period = old.per_ms * 1000
+    configure(rate, per_ms, burst)
+    if q < burst then
+      -- (burst - q) permits' time less that part of one at the new rate:
+      -- n * per_ms' / per_ms ticks of the new rate, rounded down (so the
+      -- lag is rounded up), exact when the rate and period are the same.
+      local t = muldiv(n, per_ms * 1000, old_period)
+      local part = {divmod(t, R)}
+      return sub(span(burst - q), part)
+    end
+    return {0, 0}
+  end
+  local owed = sub(before, BT)
+  if same then
+    configure(rate, per_ms, burst)
+  else
+    -- Time owed at the old rate, in (fractional) permits, then at the
+    -- new one; floating point is off by far less than the 1 µs added.
+    local permits = (owed[1] + owed[2] / R) / (Tq + Tr / R)
+    configure(rate, per_ms, burst)
+    owed = span_of_us(permits * (Tq + Tr / R) + 1)
+  end
+  if not le(owed, DAY) then
+    owed = DAY
+  end
+  return add(BT, owed)
+end
+
+-- The bucket in `key`, configured for the arithmetic above, or nil; a
+-- key's bucket when `keyed` is the configuration its caller knows.
+--
+-- Two kinds of bucket share every script (a script is built once per
+-- kind, after rl_shared.lua or rl_keyed.lua, which set KEYED):
+-- - the limiter's own hash ({prefix}{name}:rl), its one shared bucket,
+--   which also holds the configuration (rl_set.lua);
+-- - a key's bucket ({prefix}{name|<hash>}:rlk:<key>, KEYED), on a hash
+--   slot of its own. Its script cannot read the limiter's hash (on a
+--   Redis Cluster it lives on another slot), so the caller passes the
+--   configuration it knows as the last five ARGV: rate, per_ms, burst,
+--   gen (the limiter's incarnation) and ver (its configuration's
+--   version, counted by every PUT). A key's bucket keeps the
+--   configuration it runs under: a caller's newer one (a later
+--   incarnation, or a higher version of the same one) is carried over
+--   (`carry_over`) and kept by the next write; an older one (an instance
+--   whose copy is stale) is ignored, so a key never goes back to a
+--   configuration it has left. A key that has no bucket (never used, or
+--   full again: see `store_lag`) is full under the caller's
+--   configuration.
+local function load_bucket(key, keyed)
+  if not keyed then
+    local c = redis.call('HMGET', key, 'rate', 'per_ms', 'burst', 'tat', 'frac', 'gen')
+    if not c[1] then
+      return nil
+    end
+    local l = {
+      rate = tonumber(c[1]), per_ms = tonumber(c[2]), burst = tonumber(c[3]),
+      tat = tonumber(c[4]), frac = tonumber(c[5]), gen = c[6],
+    }
+    configure(l.rate, l.per_ms, l.burst)
+    return l
+  end
+  local c = redis.call('HMGET', key, 'rate', 'per_ms', 'burst', 'tat', 'frac', 'gen', 'ver')
+  local gen, ver = tonumber(keyed.gen), tonumber(keyed.ver)
+  if not c[1] or tonumber(c[6]) < gen then
+    configure(keyed.rate, keyed.per_ms, keyed.burst)
+    return {
+      rate = keyed.rate, per_ms = keyed.per_ms, burst = keyed.burst,
+      tat = 0, frac = 0, gen = keyed.gen, ver = ver,
+    }
   end
   local l = {
     rate = tonumber(c[1]), per_ms = tonumber(c[2]), burst = tonumber(c[3]),
-    tat = tonumber(c[4]), frac = tonumber(c[5]), gen = c[6],
+    tat = tonumber(c[4]), frac = tonumber(c[5]), gen = c[6], ver = tonumber(c[7]),
   }
   configure(l.rate, l.per_ms, l.burst)
+  if tonumber(l.gen) == gen and l.ver < ver then
+    local lag_now = carry_over(l, keyed.rate, keyed.per_ms, keyed.burst)
+    l.rate, l.per_ms, l.burst, l.ver = keyed.rate, keyed.per_ms, keyed.burst, ver
+    l.tat, l.frac = now + lag_now[1], lag_now[2]
+    -- The last acquire was priced under the old configuration: it can no
+    -- longer be given back (rl_give_back.lua), as after a PUT.
+    l.carried = true
+  end
   return l
 end
 
--- Stores tat = now + the lag l.
-local function store_lag(l)
-  redis.call('HSET', KEYS[1], 'tat', int(now + l[1]), 'frac', int(l[2]))
+-- Stores tat = now + the lag l in bucket `key` (`limiter`, as loaded).
+--
+-- A key's bucket also stores the configuration it runs under, and lives
+-- only until it is full again (tat has passed): then it expires, and the
+-- key occupies no memory (a full bucket is what a key without one reads
+-- as). A carried-over bucket forgets its last acquire.
+local function store_bucket(key, keyed, l, limiter)
+  if not keyed then
+    redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]))
+    return
+  end
+  if l[1] == 0 and l[2] == 0 then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]),
+    'rate', limiter.rate, 'per_ms', limiter.per_ms, 'burst', limiter.burst,
+    'gen', limiter.gen, 'ver', limiter.ver)
+  if limiter.carried then
+    redis.call('HDEL', key, 'last')
+  end
+  -- Full again once tat has passed: at most this many ms from now.
+  redis.call('PEXPIRE', key, math.floor(l[1] / 1000) + 1)
+end
+
+-- The script's own bucket: KEYS[1], of the kind rl_shared.lua or
+-- rl_keyed.lua said.
+local function load_limiter()
+  return load_bucket(KEYS[1], KEYED)
+end
+
+local function store_lag(l, limiter)
+  store_bucket(KEYS[1], KEYED, l, limiter)
 end

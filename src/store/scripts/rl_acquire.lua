@@ -56,7 +56,7 @@ if not le(after, BT) then
     return {0, wait, available(lag(limiter.tat, limiter.frac))}
   end
 end
-store_lag(after)
+store_lag(after, limiter)
 redis.call('HSET', KEYS[1], 'last', ARGV[3])
 if wait == 0 then
   local a = available(after)

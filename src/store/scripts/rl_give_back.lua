@@ -13,9 +13,10 @@
 -- (`last` is cleared), and never more than is taken now (the lag does not
 -- go below zero). Never a reservation that was settled (rl_slot.lua
 -- clears `last` then: its waiter may have been admitted), nor after a
--- reconfiguration (it clears `last` too).
+-- reconfiguration (it clears `last` too; a key's bucket carried over to
+-- a new configuration here and now counts as one).
 local limiter = load_limiter()
-if not limiter or redis.call('HGET', KEYS[1], 'last') ~= ARGV[1] then
+if not limiter or limiter.carried or redis.call('HGET', KEYS[1], 'last') ~= ARGV[1] then
   return 0
 end
 local l = lag(limiter.tat, limiter.frac)
@@ -25,6 +26,6 @@ if le(k, l) then
 else
   l = {0, 0}
 end
-store_lag(l)
+store_lag(l, limiter)
 redis.call('HDEL', KEYS[1], 'last')
 return 1
