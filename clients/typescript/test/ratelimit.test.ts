@@ -39,11 +39,11 @@ test("a rate limiter is configured, admits its burst, then refuses with retryAft
 test("a wait is admitted when the permits come within it, refused at once when they come later", async () => {
   const lk = client();
   const limiter = lk.rateLimiter(unique("rate-wait"));
-  await limiter.configure({ rate: 5, perMs: 1000, burst: 1 }); // one permit every 200 ms
+  await limiter.configure({ rate: 1, perMs: 1500 }); // one permit every 1.5 s
   await limiter.acquire();
-  // The next permit comes within 200 ms: reserved, answered when due.
-  assert.deepEqual(await limiter.acquire({ waitMs: 2000 }), { permits: 1, available: 0 });
-  // A whole burst more than is there, due in 200 ms, with 10 ms to wait: refused, nothing reserved.
+  // The next permit comes within the wait: reserved, answered when due.
+  assert.deepEqual(await limiter.acquire({ waitMs: 5000 }), { permits: 1, available: 0 });
+  // The next one is 1.5 s away, with 10 ms to wait: refused at once, nothing reserved.
   const refused = await limiter.acquire({ waitMs: 10 }).catch((error: unknown) => error);
   assert.ok(refused instanceof RateLimitedError, String(refused));
   assert.ok(refused.retryAfterMs! > 10);
