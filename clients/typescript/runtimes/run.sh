@@ -7,11 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-if [[ -z "${LATCHKEY_URL:-}" ]]; then
-  echo "run.sh: LATCHKEY_URL is not set; start latchkey (e.g. scripts/dev.sh) and run" >&2
-  echo "  LATCHKEY_URL=http://127.0.0.1:8080 clients/typescript/runtimes/run.sh" >&2
-  exit 2
-fi
+: "${LATCHKEY_URL:?is not set: start latchkey (e.g. scripts/dev.sh), then LATCHKEY_URL=http://127.0.0.1:8080 clients/typescript/runtimes/run.sh}"
 
 # The client as published: compiled to dist/ by its own build.
 (cd .. && npm ci --silent --no-audit --no-fund && npm run --silent build)
