@@ -14,6 +14,7 @@ import {
 } from "./errors.js";
 import { BaseHold, Hold, MultiHold, type Call, type HoldInit, type HoldKind, type HoldOps } from "./hold.js";
 import {
+  checkWait,
   errorOf,
   now,
   sleep,
@@ -23,7 +24,16 @@ import {
   type JsonAnswer,
   type RequestSpec,
 } from "./http.js";
+import { Named } from "./named.js";
 import { cleanOwner, defaultOwner } from "./owner.js";
+import {
+  acquireLimits,
+  RateLimiter,
+  type LimitPermits,
+  type LimitRequest,
+  type RateWaitOptions,
+} from "./ratelimit.js";
+import { Session, type SessionOptions, type SessionState } from "./session.js";
 
 /** The longest single long-poll assumed when the service does not say (its default `max_wait_ms`). */
 const DEFAULT_MAX_WAIT_MS = 60_000;
@@ -77,8 +87,16 @@ export interface AcquireOptions {
    * when it gives up.
    */
   holder?: string;
-  /** The lease (default: the service's, 30000). Renewed in the background. */
+  /** The lease (default: the service's, 30000). Renewed in the background. Not with `session`. */
   leaseMs?: number;
+  /**
+   * Acquire in this session (a `Session`, or a session id) in place of a
+   * lease: the hold lives as long as the session, which renews it (the
+   * hold runs no renewal of its own) and whose end releases it. Given as
+   * a `Session`, the hold is lost when the session is; given as an id,
+   * the hold is not told (whoever has the `Session` is).
+   */
+  session?: Session | string;
   /** This acquire's owner label, in place of the client's (`LatchkeyOptions.owner`). */
   owner?: string;
   /**
@@ -223,14 +241,6 @@ function env(name: string): string | undefined {
   }
 }
 
-function checkWait(waitMs: number | undefined): number {
-  const wait = waitMs ?? 0;
-  if (typeof wait !== "number" || Number.isNaN(wait) || wait < 0) {
-    throw new RangeError(`waitMs must be a number >= 0, got ${String(waitMs)}`);
-  }
-  return wait;
-}
-
 type Outcome = { grant: Record<string, unknown> } | { error: LatchkeyError };
 
 /** How to acquire one kind of hold. */
@@ -333,13 +343,19 @@ export class Core {
     const { signal, onWaiting } = options;
     const deadline = now() + waitMs;
     const generated = options.holder === undefined && holder !== undefined;
-    const owner = await this.ownerOf(options);
+    const session = options.session;
+    if (session !== undefined && options.leaseMs !== undefined) {
+      throw new TypeError("pass either leaseMs or session: a hold in a session has the session's TTL as its lease");
+    }
+    // In a session, a hold without an owner of its own shows the session's.
+    const owner = session !== undefined && options.owner === undefined ? undefined : await this.ownerOf(options);
     for (;;) {
       const piece = this.piece(deadline);
       const body: Record<string, unknown> = { ...spec.extra, wait_ms: piece };
       if (holder !== undefined) body.holder = holder;
       if (owner !== undefined) body.owner = owner;
       if (options.leaseMs !== undefined) body.lease_ms = options.leaseMs;
+      if (session !== undefined) body.session = typeof session === "string" ? session : session.id;
       const sentAt = now();
       let outcome: Outcome;
       try {
@@ -368,9 +384,12 @@ export class Core {
           grant,
           since: slow ? receivedAt : sentAt,
           description: spec.description,
+          inSession: session !== undefined,
+          session: session instanceof Session ? session : undefined,
         };
         const hold = spec.make(init, grantHolder);
-        if (!slow) return hold;
+        // A hold in a session is the session's to renew.
+        if (!slow || session !== undefined) return hold;
         if ((await hold._renewNow()) !== "lost") return hold;
         // Lost before it could be used: wait on, if there is time.
         if (deadline - now() < 1) {
@@ -501,31 +520,23 @@ export class Core {
 }
 
 /** A semaphore whose permits are leased (`/semaphores/{name}`). */
-export class Semaphore {
-  readonly name: string;
-  readonly #core: Core;
-
+export class Semaphore extends Named {
   /** @internal Use {@link Latchkey.semaphore}. */
   constructor(core: Core, name: string) {
-    this.#core = core;
-    this.name = name;
-  }
-
-  #path(): string {
-    return `/semaphores/${seg(this.name)}`;
+    super(core, "/semaphores", name);
   }
 
   /** Sets the number of permits (1..=1 000 000); live holds are never revoked. */
   configure(permits: number): Promise<SemaphoreState> {
-    return this.#core.call({ method: "PUT", path: this.#path(), body: { permits } });
+    return this.core.call({ method: "PUT", path: this.path(), body: { permits } });
   }
 
   /** Takes `permits` (default 1) under one lease; rejects with `NotFoundError` if never configured. */
   acquire(options: SemaphoreAcquireOptions = {}): Promise<Hold> {
     const { permits, ...rest } = options;
-    const core = this.#core;
+    const core = this.core;
     return core.acquire(
-      core.single("semaphore", "/semaphores", this.name, `${this.#path()}/acquire`, {
+      core.single("semaphore", "/semaphores", this.name, `${this.path()}/acquire`, {
         extra: permits === undefined ? {} : { permits },
         description: `semaphore ${JSON.stringify(this.name)}`,
       }),
@@ -535,13 +546,12 @@ export class Semaphore {
 
   /** `{name, permits, available, holders, waiters}`; `NotFoundError` if not configured. */
   state(): Promise<SemaphoreState> {
-    return this.#core.call({ method: "GET", path: this.#path() });
+    return this.core.call({ method: "GET", path: this.path() });
   }
 
   /** Drops the configuration and every hold; resolves with whether it existed. */
-  async delete(): Promise<boolean> {
-    const answer = await this.#core.call<{ deleted?: boolean }>({ method: "DELETE", path: this.#path() });
-    return answer?.deleted ?? true;
+  delete(): Promise<boolean> {
+    return this.deleted();
   }
 }
 
@@ -558,25 +568,17 @@ export interface CountDownOptions {
 }
 
 /** A count-down latch (`/latches/{name}`). */
-export class Latch {
-  readonly name: string;
-  readonly #core: Core;
-
+export class Latch extends Named {
   /** @internal Use {@link Latchkey.latch}. */
   constructor(core: Core, name: string) {
-    this.#core = core;
-    this.name = name;
-  }
-
-  #path(): string {
-    return `/latches/${seg(this.name)}`;
+    super(core, "/latches", name);
   }
 
   /** Sets the count (the latch must be open, else `LatchExistsError`); `ttlMs` bounds its life. */
   set(count: number, options: { ttlMs?: number } = {}): Promise<LatchState> {
     const body: Record<string, unknown> = { count };
     if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
-    return this.#core.call({ method: "PUT", path: this.#path(), body });
+    return this.core.call({ method: "PUT", path: this.path(), body });
   }
 
   /**
@@ -588,17 +590,17 @@ export class Latch {
     const key = options.idempotencyKey ?? globalThis.crypto.randomUUID();
     const request = {
       method: "POST" as const,
-      path: `${this.#path()}/count-down`,
+      path: `${this.path()}/count-down`,
       body: options.by === undefined ? {} : { by: options.by },
       headers: { "Idempotency-Key": key },
       signal: options.signal,
     };
     try {
-      return await this.#core.call<LatchCount>(request);
+      return await this.core.call<LatchCount>(request);
     } catch (error) {
       if (!isRetryable(error) || options.signal?.aborted) throw error;
       await sleep(Math.min(error.retryAfterMs ?? 200, 1000), options.signal);
-      return await this.#core.call<LatchCount>(request);
+      return await this.core.call<LatchCount>(request);
     }
   }
 
@@ -608,7 +610,7 @@ export class Latch {
    * longest long-poll, it polls again.
    */
   async wait(options: { waitMs?: number; signal?: AbortSignal } = {}): Promise<LatchCount> {
-    const core = this.#core;
+    const core = this.core;
     const { signal } = options;
     throwIfAborted(signal);
     const deadline = now() + checkWait(options.waitMs);
@@ -618,7 +620,7 @@ export class Latch {
       try {
         const state = await core.call<LatchCount>({
           method: "GET",
-          path: `${this.#path()}/wait?wait_ms=${piece}`,
+          path: `${this.path()}/wait?wait_ms=${piece}`,
           signal,
           timeoutMs: piece + core.requestTimeoutMs,
         });
@@ -639,13 +641,12 @@ export class Latch {
 
   /** `{name, count, open}` (a missing latch is open, count 0). */
   state(): Promise<LatchState> {
-    return this.#core.call({ method: "GET", path: this.#path() });
+    return this.core.call({ method: "GET", path: this.path() });
   }
 
   /** Deletes the latch (its waiters see it open); resolves with whether it was closed. */
-  async delete(): Promise<boolean> {
-    const answer = await this.#core.call<{ deleted?: boolean }>({ method: "DELETE", path: this.#path() });
-    return answer?.deleted ?? true;
+  delete(): Promise<boolean> {
+    return this.deleted();
   }
 }
 
@@ -747,6 +748,64 @@ export class Latchkey {
   /** A count-down latch. */
   latch(name: string): Latch {
     return new Latch(this.#core, name);
+  }
+
+  /** A rate limiter; configure it once, then acquire permits (per key or from its shared bucket). */
+  rateLimiter(name: string): RateLimiter {
+    return new RateLimiter(this.#core, name);
+  }
+
+  /**
+   * Takes permits from several rate limits at once, all or none
+   * (`POST /rate-limiters/acquire`): resolves with each limit's permits and
+   * what is left, in the order given. Rejects with `RateLimitedError`
+   * (`limit`: one that refused; `retryAfterMs`: when all of them admit),
+   * `NotFoundError` (`limit`: the one not configured) or `OutOfRangeError`.
+   */
+  acquireLimits(
+    limits: LimitRequest[],
+    options?: Omit<RateWaitOptions, "idempotencyKey">,
+  ): Promise<LimitPermits[]> {
+    return acquireLimits(this.#core, limits, options);
+  }
+
+  /**
+   * Creates a session (`POST /sessions`) that renews itself in the
+   * background until closed or lost: pass it as `session` to any acquire.
+   * `await using session = await lk.session({ ttlMs })` deletes it, and so
+   * releases every hold taken in it, at the end of the block.
+   */
+  async session(options: SessionOptions = {}): Promise<Session> {
+    const core = this.#core;
+    const body: Record<string, unknown> = {};
+    if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    const owner = await core.ownerOf({ owner: options.owner });
+    if (owner !== undefined) body.owner = owner;
+    const sentAt = now();
+    const answer = await core.transport.json({
+      method: "POST",
+      path: "/sessions",
+      body,
+      signal: options.signal,
+      timeoutMs: core.requestTimeoutMs,
+    });
+    if (answer.status !== 201 || !answer.body || typeof answer.body !== "object") throw errorOf(answer, answer.text);
+    const grant = answer.body as Record<string, unknown>;
+    const path = `/sessions/${seg(String(grant.session))}`;
+    return new Session(
+      {
+        transport: core.transport,
+        ops: {
+          heartbeat: { method: "POST", path: `${path}/heartbeat` },
+          release: { method: "DELETE", path },
+        },
+        requestTimeoutMs: core.requestTimeoutMs,
+        grant,
+        since: sentAt,
+        description: "session",
+      },
+      (id) => core.call<SessionState>({ method: "GET", path: `/sessions/${seg(id)}` }),
+    );
   }
 
   /** `GET /locks/{name}` (never shows a holder id). */

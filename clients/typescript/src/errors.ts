@@ -74,9 +74,33 @@ export class NotAcquiredError extends LatchkeyError {
 /**
  * A hold was lost: a heartbeat was answered 404 `not-held` (force unlock,
  * expiry, deletion), or no heartbeat succeeded before the lease ended by
- * this client's clock. It is the `reason` of the hold's aborted `signal`.
+ * this client's clock, or (a hold taken in a `Session`) its session was
+ * lost. It is the `reason` of the hold's aborted `signal`.
  */
 export class HoldLostError extends LatchkeyError {
+  /**
+   * `"not-held"`: the service said so; `"lease-expired"`: no renewal in
+   * time; `"session-lost"`: the session it was taken in was lost.
+   */
+  readonly reason: "not-held" | "lease-expired" | "session-lost";
+
+  constructor(
+    message: string,
+    reason: "not-held" | "lease-expired" | "session-lost",
+    options: LatchkeyErrorOptions = {},
+  ) {
+    super(message, options);
+    this.reason = reason;
+  }
+}
+
+/**
+ * A session was lost: its heartbeat was answered 404 `not-held` (it
+ * expired or was deleted), or no heartbeat succeeded before its TTL ended
+ * by this client's clock. It is the `reason` of the session's aborted
+ * `signal`; the holds taken in it are lost with it.
+ */
+export class SessionLostError extends LatchkeyError {
   /** `"not-held"`: the service said so; `"lease-expired"`: no renewal in time. */
   readonly reason: "not-held" | "lease-expired";
 
@@ -86,8 +110,51 @@ export class HoldLostError extends LatchkeyError {
   }
 }
 
-/** 404 `not-found`: no such semaphore (never configured, deleted) or latch. */
-export class NotFoundError extends LatchkeyError {}
+/** A rate limit's name and key (`null`: its shared bucket). */
+export interface LimitRef {
+  name: string;
+  key: string | null;
+}
+
+/**
+ * 429 `rate-limited` (or an SSE `timeout` of a rate limiter): the permits
+ * come later than the wait. `retryAfterMs` is exactly when they will be
+ * available; `available` what could be taken now; for several limits at
+ * once, `limit` is one that refused.
+ */
+export class RateLimitedError extends LatchkeyError {
+  declare readonly retryAfterMs: number | undefined;
+  readonly available: number | undefined;
+  readonly limit: LimitRef | undefined;
+
+  constructor(message: string, options: LatchkeyErrorOptions = {}) {
+    super(message, options);
+    this.available = options.problem?.available;
+    this.limit = limitOf(options.problem?.limit);
+  }
+}
+
+/** The `limit` member of a problem (several limits at once). */
+export function limitOf(value: unknown): LimitRef | undefined {
+  if (!value || typeof value !== "object") return undefined;
+  const { name, key } = value as { name?: unknown; key?: unknown };
+  if (typeof name !== "string") return undefined;
+  return { name, key: typeof key === "string" ? key : null };
+}
+
+/**
+ * 404 `not-found`: no such semaphore (never configured, deleted), latch,
+ * rate limiter or session. For several rate limits at once, `limit` names
+ * the limiter that is not configured.
+ */
+export class NotFoundError extends LatchkeyError {
+  readonly limit: LimitRef | undefined;
+
+  constructor(message: string, options: LatchkeyErrorOptions = {}) {
+    super(message, options);
+    this.limit = limitOf(options.problem?.limit);
+  }
+}
 
 /** 409 `latch-exists`: setting a latch that is still closed. */
 export class LatchExistsError extends LatchkeyError {}
@@ -95,17 +162,23 @@ export class LatchExistsError extends LatchkeyError {}
 /** 409 `upgrade-would-deadlock`: a reader asked to write while other readers hold the rwlock. */
 export class UpgradeWouldDeadlockError extends LatchkeyError {}
 
-/** 400 `out-of-range`: `field` names the member, `minimum`/`maximum` the accepted range when given. */
+/**
+ * 400 `out-of-range`: `field` names the member, `minimum`/`maximum` the
+ * accepted range when given; `limit` the rate limit whose burst a request
+ * of several limits exceeds.
+ */
 export class OutOfRangeError extends LatchkeyError {
   readonly field: string | undefined;
   readonly minimum: number | undefined;
   readonly maximum: number | undefined;
+  readonly limit: LimitRef | undefined;
 
   constructor(message: string, options: LatchkeyErrorOptions = {}) {
     super(message, options);
     this.field = options.problem?.field;
     this.minimum = options.problem?.minimum;
     this.maximum = options.problem?.maximum;
+    this.limit = limitOf(options.problem?.limit);
   }
 }
 
@@ -144,6 +217,8 @@ export function errorFromProblem(status: number, problem: Problem, retryAfterMs:
       return new NotAcquiredError(message, options);
     case "not-found":
       return new NotFoundError(message, options);
+    case "rate-limited":
+      return new RateLimitedError(message, options);
     case "latch-exists":
       return new LatchExistsError(message, options);
     case "upgrade-would-deadlock":

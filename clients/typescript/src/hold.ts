@@ -2,7 +2,8 @@
 /**
  * Holds: what an acquisition returns. A hold renews its lease in the
  * background until it is released or lost, and tells its owner through an
- * AbortSignal when it is lost.
+ * AbortSignal when it is lost. A hold taken in a session does not renew
+ * itself: the session renews it, and its loss is the session's.
  */
 
 import { HoldLostError, isRetryable, LatchkeyError } from "./errors.js";
@@ -31,8 +32,8 @@ export interface HoldOps {
   releaseRest?: (notHeld: string[]) => Call | undefined;
 }
 
-/** @internal */
-export interface HoldInit {
+/** @internal What a lease (a hold or a session) is made of. */
+export interface LeaseInit {
   transport: Transport;
   ops: HoldOps;
   requestTimeoutMs: number;
@@ -44,6 +45,25 @@ export interface HoldInit {
   description: string;
 }
 
+/** @internal */
+export interface HoldInit extends LeaseInit {
+  /** Taken in a session: the hold does not renew itself. */
+  inSession?: boolean;
+  /** The session it was taken in, when given as a `Session` (its loss is the hold's). */
+  session?: SessionLink | undefined;
+}
+
+/**
+ * @internal What a hold needs of the session it was taken in: its loss
+ * (the `signal`), and to be told of the hold so that the session's end
+ * ends it.
+ */
+export interface SessionLink {
+  readonly signal: AbortSignal;
+  _attach(hold: BaseHold): void;
+  _detach(hold: BaseHold): void;
+}
+
 type State = "held" | "releasing" | "released" | "lost";
 
 /** The outcome of one heartbeat. */
@@ -53,8 +73,12 @@ function num(value: unknown): number | undefined {
   return typeof value === "number" && Number.isFinite(value) ? value : undefined;
 }
 
-/** The grant fields every hold has, and its renewal, loss and release. */
-export abstract class BaseHold implements AsyncDisposable {
+/**
+ * What holds and sessions share: a lease renewed in the background by
+ * heartbeats, lost on a 404 or when no renewal came in time (then its
+ * `signal` aborts), and released once.
+ */
+export abstract class Lease implements AsyncDisposable {
   readonly #transport: Transport;
   readonly #ops: HoldOps;
   readonly #requestTimeoutMs: number;
@@ -69,39 +93,46 @@ export abstract class BaseHold implements AsyncDisposable {
   #inflight: AbortController | undefined;
   #releasing: Promise<void> | undefined;
 
-  /** @internal Holds are made by the client's acquire methods. */
-  protected constructor(init: HoldInit) {
+  /** Whether this lease renews itself (a hold in a session does not). */
+  readonly #renews: boolean;
+
+  /** @internal Made by the client's acquire and session methods. */
+  protected constructor(init: LeaseInit, renews = true) {
     this.#transport = init.transport;
     this.#ops = init.ops;
     this.#requestTimeoutMs = init.requestTimeoutMs;
     this.#description = init.description;
     this.#grant = init.grant;
+    this.#renews = renews;
     this.#accept(init.grant, init.since);
   }
+
+  /** The error a loss aborts the signal with. */
+  protected abstract lostError(
+    reason: "not-held" | "lease-expired" | "session-lost",
+    description: string,
+    cause?: LatchkeyError,
+  ): LatchkeyError;
 
   /** @internal The latest grant (acquire or heartbeat answer), snake_case. */
   protected get grant(): Record<string, unknown> {
     return this.#grant;
   }
 
-  /** The holder id: a capability (whoever knows it can renew and release). Never log it. */
-  get holder(): string {
-    return String(this.#grant.holder);
-  }
-  /** The hold's lease, as last granted. */
+  /** The lease, as last granted (a session's: its TTL). */
   get leaseMs(): number {
-    return num(this.#grant.lease_ms) ?? 0;
+    return remainingOf(this.#grant, "lease");
   }
   /** The remaining lease when the last grant or renewal was answered. */
   get expiresInMs(): number {
-    return num(this.#grant.expires_in_ms) ?? this.leaseMs;
+    return remainingOf(this.#grant, "expires");
   }
-  /** How often the hold is renewed (a third of the lease). */
+  /** How often it is renewed (a third of the lease). */
   get heartbeatIntervalMs(): number {
     return num(this.#grant.heartbeat_interval_ms) ?? Math.floor(this.leaseMs / 3);
   }
 
-  /** Aborted, with a {@link HoldLostError} as its reason, when the hold is lost. */
+  /** Aborted, with a {@link HoldLostError} (a session: `SessionLostError`) as its reason, when it is lost. */
   get signal(): AbortSignal {
     return this.#controller.signal;
   }
@@ -142,10 +173,24 @@ export abstract class BaseHold implements AsyncDisposable {
     return this.#beat();
   }
 
+  /** @internal Ends it as released without a request (its session released it). */
+  protected _ended(): void {
+    if (this.#state !== "held") return;
+    this.#stop();
+    this.#state = "released";
+    this.#releasing ??= Promise.resolve();
+  }
+
+  /** @internal Ends it as lost, with `reason` (its session was lost). */
+  protected _lose(reason: "session-lost"): void {
+    this.#lose(reason);
+  }
+
   #accept(grant: Record<string, unknown>, sentAt: number): void {
     this.#grant = grant;
-    const expires = num(grant.expires_in_ms) ?? num(grant.lease_ms) ?? 0;
+    const expires = remainingOf(grant, "expires");
     this.#deadline = sentAt + expires;
+    if (!this.#renews) return;
     const interval = Math.min(num(grant.heartbeat_interval_ms) ?? expires / 3, expires / 2);
     clearTimeout(this.#deadlineTimer);
     this.#deadlineTimer = setTimeout(() => this.#lose("lease-expired"), Math.max(0, this.#deadline - now()));
@@ -197,6 +242,7 @@ export abstract class BaseHold implements AsyncDisposable {
 
   /** After a failed heartbeat: try again sooner, at least once more before the lease ends. */
   #retry(retryAfterMs: number | undefined): void {
+    if (!this.#renews) return;
     const left = this.#deadline - now();
     const delay = Math.min(retryAfterMs ?? this.heartbeatIntervalMs / 3, left / 2);
     this.#schedule(Math.max(delay, 10));
@@ -211,17 +257,11 @@ export abstract class BaseHold implements AsyncDisposable {
     this.#inflight = undefined;
   }
 
-  #lose(reason: "not-held" | "lease-expired", cause?: LatchkeyError): void {
+  #lose(reason: "not-held" | "lease-expired" | "session-lost", cause?: LatchkeyError): void {
     if (this.#state !== "held" && this.#state !== "releasing") return;
     this.#state = "lost";
     this.#stop();
-    const message =
-      reason === "not-held"
-        ? `the hold on ${this.#description} was lost: the service no longer has it (force unlock, expiry or deletion)`
-        : `the hold on ${this.#description} was lost: no renewal succeeded before its lease ended`;
-    this.#controller.abort(
-      new HoldLostError(message, reason, cause ? { status: cause.status, problem: cause.problem } : {}),
-    );
+    this.#controller.abort(this.lostError(reason, this.#description, cause));
   }
 
   async #release(): Promise<void> {
@@ -264,6 +304,67 @@ export abstract class BaseHold implements AsyncDisposable {
       }
       throw error;
     }
+  }
+}
+
+/** The remaining lease of a grant, a heartbeat's answer or a session's (`ttl_ms`). */
+function remainingOf(grant: Record<string, unknown>, which: "lease" | "expires"): number {
+  const lease = num(grant.lease_ms) ?? num(grant.ttl_ms) ?? 0;
+  return which === "lease" ? lease : (num(grant.expires_in_ms) ?? lease);
+}
+
+/**
+ * The grant fields every hold has, and its renewal, loss and release. A
+ * hold taken in a session (given as a `Session`) is renewed by the
+ * session, lost when it is lost, and released when it ends.
+ */
+export abstract class BaseHold extends Lease {
+  readonly #session: SessionLink | undefined;
+
+  /** @internal Holds are made by the client's acquire methods. */
+  protected constructor(init: HoldInit) {
+    super(init, !init.inSession);
+    this.#session = init.session;
+    const session = init.session;
+    if (session) {
+      if (session.signal.aborted) this._lose("session-lost");
+      else {
+        session._attach(this);
+        session.signal.addEventListener("abort", () => this._lose("session-lost"), { once: true });
+      }
+    }
+  }
+
+  /** The holder id: a capability (whoever knows it can renew and release). Never log it. */
+  get holder(): string {
+    return String(this.grant.holder);
+  }
+
+  override release(): Promise<void> {
+    this.#session?._detach(this);
+    return super.release();
+  }
+
+  /** @internal Its session was released (with every hold in it). */
+  _sessionEnded(): void {
+    this._ended();
+  }
+
+  protected lostError(
+    reason: "not-held" | "lease-expired" | "session-lost",
+    description: string,
+    cause?: LatchkeyError,
+  ): LatchkeyError {
+    const why = {
+      "not-held": "the service no longer has it (force unlock, expiry or deletion)",
+      "lease-expired": "no renewal succeeded before its lease ended",
+      "session-lost": "the session it was taken in was lost",
+    }[reason];
+    return new HoldLostError(
+      `the hold on ${description} was lost: ${why}`,
+      reason,
+      cause ? { status: cause.status, problem: cause.problem } : {},
+    );
   }
 }
 

@@ -34,6 +34,15 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** A `waitMs` option: a number >= 0 (default 0). */
+export function checkWait(waitMs: number | undefined): number {
+  const wait = waitMs ?? 0;
+  if (typeof wait !== "number" || Number.isNaN(wait) || wait < 0) {
+    throw new RangeError(`waitMs must be a number >= 0, got ${String(waitMs)}`);
+  }
+  return wait;
+}
+
 export function throwIfAborted(signal: AbortSignal | undefined): void {
   if (signal?.aborted) throw signal.reason;
 }

@@ -1,6 +1,6 @@
 /**
- * latchkey: Redisson-style distributed locks, semaphores and latches over
- * HTTP. The service's routes and semantics are described in the
+ * latchkey: Redisson-style distributed locks, semaphores, latches, rate
+ * limiters and sessions over HTTP. The service's routes and semantics are described in the
  * repository's README and its OpenAPI document (`/openapi.json`).
  *
  * ```ts
@@ -33,7 +33,18 @@ export {
   type SemaphoreState,
   type WaitingEvent,
 } from "./client.js";
-export { BaseHold, Hold, MultiHold, type HoldKind, type LockToken, type NodeCount } from "./hold.js";
+export { BaseHold, Hold, Lease, MultiHold, type HoldKind, type LockToken, type NodeCount } from "./hold.js";
+export {
+  RateLimiter,
+  type LimitPermits,
+  type LimitRequest,
+  type RateAcquireOptions,
+  type RateLimiterConfig,
+  type RateLimiterState,
+  type RatePermits,
+  type RateWaitOptions,
+} from "./ratelimit.js";
+export { Session, type SessionOptions, type SessionState } from "./session.js";
 export {
   HoldLostError,
   LatchExistsError,
@@ -42,9 +53,12 @@ export {
   NotAcquiredError,
   NotFoundError,
   OutOfRangeError,
+  RateLimitedError,
+  SessionLostError,
   UnavailableError,
   UpgradeWouldDeadlockError,
   type LatchkeyErrorOptions,
+  type LimitRef,
   type Problem,
 } from "./errors.js";
 export type { FetchLike } from "./http.js";

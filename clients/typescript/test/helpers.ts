@@ -124,3 +124,22 @@ export class Queued {
     return write ? lk.writeLock(this.name, options) : lk.readLock(this.name, options);
   }
 }
+
+/** A request of the service's HTTP API straight (as another program would send it); resolves with the status. */
+export async function raw(method: string, path: string): Promise<number> {
+  const response = await fetch(`${URL_UNDER_TEST}${path}`, {
+    method,
+    headers: process.env.LATCHKEY_API_KEY ? { Authorization: `Bearer ${process.env.LATCHKEY_API_KEY}` } : {},
+  });
+  await response.body?.cancel();
+  return response.status;
+}
+
+/** Rejects when `promise` has not settled within `ms` (a test that would hang fails instead). */
+export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
