@@ -193,7 +193,7 @@ flow('latches: set, count down, then wait', async () => {
   assert.deepEqual(waited.json, { count: 0, open: true });
 });
 
-flow('rate limiters: configure, an admitted acquire, then a refused one (429)', async () => {
+flow('rate limiters: configure, an admitted acquire, a refused one (429), per key and several limits at once', async () => {
   const name = `ui-rate-${run}`;
   // One permit a minute: the second acquire comes too early.
   const configured = await tryOut('put', '/rate-limiters/{name}', {
@@ -221,6 +221,29 @@ flow('rate limiters: configure, an admitted acquire, then a refused one (429)', 
   // page took since (tens of seconds on a loaded machine).
   assert.ok(refused.json.retry_after_ms > 20000 && refused.json.retry_after_ms <= 60000, `the next permit is most of a minute away: ${refused.json.retry_after_ms}`);
   assert.equal(refused.json.available, 0);
+  // Per key: a key's own bucket, full though the shared one is empty.
+  const keyed = await tryOut('post', '/rate-limiters/{name}/acquire', {
+    params: { name, 'Idempotency-Key': `${name}-alice` },
+    body: { key: 'alice' },
+  });
+  expectAnswer(keyed, `/rate-limiters/${name}/acquire`, 200);
+  assert.deepEqual(keyed.json, { permits: 1, available: 0 });
+  const read = await tryOut('get', '/rate-limiters/{name}', { params: { name, key: 'alice' } });
+  assert.equal(read.requestUrl.searchParams.get('key'), 'alice');
+  expectAnswer(read, `/rate-limiters/${name}`, 200);
+  assert.equal(read.json.key, 'alice');
+  assert.equal(read.json.available, 0);
+  // Several limits at once: all or nothing, the refusal names alice's.
+  const both = await tryOut('post', '/rate-limiters/acquire', {
+    body: { limits: [{ name, key: 'bob' }, { name, key: 'alice' }] },
+  });
+  expectAnswer(both, '/rate-limiters/acquire', 429);
+  assert.deepEqual(both.json.limit, { name, key: 'alice' });
+  const bob = await tryOut('post', '/rate-limiters/acquire', {
+    body: { limits: [{ name, key: 'bob' }] },
+  });
+  expectAnswer(bob, '/rate-limiters/acquire', 200);
+  assert.deepEqual(bob.json, { limits: [{ name, key: 'bob', permits: 1, available: 0 }] });
 });
 
 flow('multi-locks: acquire a set, then release it', async () => {
