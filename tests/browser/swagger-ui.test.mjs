@@ -81,7 +81,9 @@ async function tryOut(method, path, { params = {}, body } = {}) {
   if (!(await block.evaluate((el) => el.classList.contains('is-open')))) {
     await block.locator('.opblock-summary').first().click();
   }
-  const tryButton = block.locator('.try-out__btn');
+  // "Try it out" (or, once pressed, "Cancel"; a body edited there adds a
+  // "Reset" button of the same class after it).
+  const tryButton = block.locator('.try-out__btn').first();
   if ((await tryButton.innerText()).trim() === 'Try it out') await tryButton.click();
   for (const [name, value] of Object.entries(params)) {
     const row = block.locator(`tr[data-param-name="${name}"]`);
