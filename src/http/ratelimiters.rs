@@ -31,7 +31,7 @@ use crate::http::extract::{
 };
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, Timing};
-use crate::http::responses::{BodyErrors, ObjectErrors, RateAcquireErrors};
+use crate::http::responses::{BodyErrors, ObjectErrors, RateAcquireErrors, RateReadErrors};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::wait::WaitError;
@@ -836,7 +836,7 @@ pub async fn configure(
     responses(
         (status = 200, description = "The configuration and the permits available now (in the \
             key's bucket with `?key=`; a key never used, or full again, has `burst`)", body = RateLimiterStatus),
-        ObjectErrors,
+        RateReadErrors,
     )
 )]
 pub async fn read(

@@ -257,6 +257,12 @@ pub mod examples {
         problem(check_prefix("orders/*").expect_err("a slash is not allowed in prefixes"))
     }
 
+    pub fn invalid_key() -> Problem {
+        problem(ApiError::invalid_body(
+            "invalid query string: key: key must have no control characters (newlines, tabs, ...)",
+        ))
+    }
+
     pub fn invalid_cursor() -> Problem {
         problem(ApiError::invalid_body(
             "invalid cursor: pass the cursor of the previous page back unchanged",
@@ -324,6 +330,18 @@ problem_responses! {
         /// Invalid name
         Invalid = 400 [("invalid-name", invalid_name)],
         /// No such object
+        NotFound = 404 [("not-found", not_found)],
+        /// Redis unavailable
+        Unavailable = 503 [("backend-unavailable", backend_unavailable)],
+    }
+}
+
+problem_responses! {
+    /// Errors of reading a rate limiter, or one key's bucket of it.
+    RateReadErrors {
+        /// Invalid name, or an invalid `key` (`invalid-body`)
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_key)],
+        /// No such rate limiter
         NotFound = 404 [("not-found", not_found)],
         /// Redis unavailable
         Unavailable = 503 [("backend-unavailable", backend_unavailable)],

@@ -113,6 +113,19 @@ local function whole(x)
   return q, sub(x, span(q))
 end
 
+-- How long until the lag `after` (what a request would leave) is within
+-- the burst: 0 when it is now, else in whole µs, rounded up.
+local function wait_for(after)
+  if le(after, BT) then
+    return 0
+  end
+  local over = sub(after, BT)
+  if over[2] > 0 then
+    return over[1] + 1
+  end
+  return over[1]
+end
+
 -- Permits that could be admitted right now, given the lag.
 local function available(l)
   if not le(l, BT) then

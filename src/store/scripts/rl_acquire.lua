@@ -46,16 +46,9 @@ if k > B then
   return {-2, B}
 end
 local after = add(lag(limiter.tat, limiter.frac), span(k))
-local wait = 0
-if not le(after, BT) then
-  local over = sub(after, BT)
-  wait = over[1]
-  if over[2] > 0 then
-    wait = wait + 1
-  end
-  if wait > tonumber(ARGV[2]) then
-    return with_config({0, wait, available(lag(limiter.tat, limiter.frac))}, limiter)
-  end
+local wait = wait_for(after)
+if wait > tonumber(ARGV[2]) then
+  return with_config({0, wait, available(lag(limiter.tat, limiter.frac))}, limiter)
 end
 store_lag(after, limiter, ARGV[3])
 if wait == 0 then

@@ -66,15 +66,7 @@ for i = 1, n do
     return {-2, 0, 0, i, B}
   end
   local l = lag(limiter.tat, limiter.frac)
-  local after = add(l, span(k))
-  local wait = 0
-  if not le(after, BT) then
-    local over = sub(after, BT)
-    wait = over[1]
-    if over[2] > 0 then
-      wait = wait + 1
-    end
-  end
+  local wait = wait_for(add(l, span(k)))
   buckets[i] = {limiter = limiter, keyed = keyed, k = k, lag = l}
   if wait > longest then
     longest, worst = wait, i
