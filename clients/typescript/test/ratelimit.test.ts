@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { NotFoundError, OutOfRangeError, RateLimitedError } from "latchkey";
-import { client, unique, URL_UNDER_TEST } from "./helpers.js";
+import { answerDroppingProxy, client, unique } from "./helpers.js";
 
 test("a rate limiter is configured, admits its burst, then refuses with retryAfterMs", async () => {
   const lk = client();
@@ -127,49 +127,13 @@ test("several limits are taken all or nothing; a refusal names the limit and lea
   await global.delete();
 });
 
-/**
- * A proxy to the service under test that forwards every request but drops
- * the answer to the first acquire (a POST whose path ends in `/acquire`):
- * the service acts on it, the client sees its connection closed.
- */
-async function answerDroppingProxy(): Promise<{ url: string; close: () => void }> {
-  const { createServer } = await import("node:http");
-  let dropped = false;
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => {
-      void (async () => {
-        const headers: Record<string, string> = {};
-        for (const [name, value] of Object.entries(req.headers)) {
-          if (typeof value === "string" && !["host", "connection", "content-length"].includes(name)) headers[name] = value;
-        }
-        const body = chunks.length > 0 ? Buffer.concat(chunks) : undefined;
-        const answer = await fetch(URL_UNDER_TEST + req.url, { method: req.method, headers, body });
-        const text = await answer.text();
-        if (!dropped && req.method === "POST" && req.url?.endsWith("/acquire")) {
-          dropped = true;
-          req.socket.destroy();
-          return;
-        }
-        res.writeHead(answer.status, { "content-type": answer.headers.get("content-type") ?? "application/json" });
-        res.end(text);
-      })();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  if (address === null || typeof address === "string") throw new Error("no port");
-  return { url: `http://127.0.0.1:${address.port}`, close: () => server.close() };
-}
-
 test(
   "an acquire with a wait whose answer was lost is not sent again without an idempotencyKey (it may have been admitted)",
   { skip: "defect: takePermits retries a NetworkError without an Idempotency-Key and takes the permits twice" },
   async () => {
     const limiter = client().rateLimiter(unique("rate-lost-answer"));
     await limiter.configure({ rate: 1, perMs: 600_000, burst: 5 });
-    const proxy = await answerDroppingProxy();
+    const proxy = await answerDroppingProxy((method, path) => method === "POST" && path.endsWith("/acquire"));
     try {
       const through = client({ url: proxy.url }).rateLimiter(limiter.name);
       // Either outcome is fine for the caller (an error, or the answer of

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { HoldLostError, NotAcquiredError, NotFoundError, SessionLostError, type Hold, type Session } from "latchkey";
-import { aborted, client, raw, sleep, unique, within } from "./helpers.js";
+import { aborted, answerDroppingProxy, client, raw, sleep, unique, within } from "./helpers.js";
 
 test("holds of a lock and a semaphore in a session end with it at the end of an await using block", async () => {
   const lk = client();
@@ -112,6 +112,29 @@ test(
       assert.equal(EventEmitter.getEventListeners(session.signal, "abort").length, before);
     } finally {
       await session.close();
+    }
+  },
+);
+
+test(
+  "a session closed whose DELETE answer was lost ends released, not lost, and so do its holds",
+  { skip: "defect: the release's retry of DELETE /sessions/{id} gets 404 and makes the session and its holds lost" },
+  async () => {
+    const proxy = await answerDroppingProxy((method, path) => method === "DELETE" && path.startsWith("/sessions/"));
+    try {
+      const lk = client({ url: proxy.url });
+      const name = unique("s-close-lost-answer");
+      const session = await lk.session({ ttlMs: 5000 });
+      const hold = await lk.lock(name, { session });
+      await session.close(); // the service deleted it: the first DELETE was answered 200, unseen
+      assert.equal((await client().lockState(name)).locked, false, "the service released the lock");
+      assert.equal(session.lost, false, "a close that succeeded is no loss");
+      assert.equal(session.signal.aborted, false);
+      assert.equal(session.released, true);
+      assert.equal(hold.lost, false);
+      assert.equal(hold.released, true);
+    } finally {
+      proxy.close();
     }
   },
 );
