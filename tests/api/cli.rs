@@ -1262,3 +1262,92 @@ async fn a_hold_in_a_session_comes_from_latchkey_session_and_excludes_a_lease() 
     let unknown = output(&app, &["lock", "x", "--session", "nope", "--", "true"]).await;
     assert_eq!(unknown.status.code(), Some(64), "{}", stderr(&unknown));
 }
+
+/// A TCP proxy in front of `app` that drops the answer to the first
+/// acquire it sees (a connection whose first bytes are `POST …/acquire`):
+/// the request reaches the service, which acts on it, and then the
+/// connection is closed before any byte of the answer reaches the client.
+/// Every other connection is passed through. Returns its base URL.
+async fn answer_dropping_proxy(app: &TestApp) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = app.base.trim_start_matches("http://").to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let port = listener.local_addr().expect("bound").port();
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            let dropped = dropped.clone();
+            tokio::spawn(async move {
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let mut first = vec![0; 16 * 1024];
+                let Ok(n @ 1..) = inbound.read(&mut first).await else {
+                    return;
+                };
+                let head = String::from_utf8_lossy(&first[..n]).into_owned();
+                let request_line = head.lines().next().unwrap_or_default();
+                let acquire =
+                    request_line.starts_with("POST ") && request_line.contains("/acquire ");
+                if outbound.write_all(&first[..n]).await.is_err() {
+                    return;
+                }
+                if acquire && !dropped.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    let (mut from_client, _to_client) = inbound.into_split();
+                    let (mut from_app, mut to_app) = outbound.into_split();
+                    // The rest of the request, if any, goes on; the
+                    // first byte of the answer ends both connections.
+                    let rest = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut from_client, &mut to_app).await;
+                    });
+                    let mut answer = [0u8; 1];
+                    let _ = from_app.read(&mut answer).await;
+                    rest.abort();
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+#[tokio::test]
+#[ignore = "defect: `latchkey rate --wait-ms N` sends an acquire whose answer was lost again without an Idempotency-Key, taking its permits twice"]
+async fn rate_does_not_take_permits_twice_when_an_answer_is_lost() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // Five permits, refilled over ten minutes: none come back during the test.
+    configure_rate(&app, "lost-answer", "5", "600000").await;
+    let proxy = answer_dropping_proxy(&app).await;
+    let ran = latchkey(&app, &["rate", "lost-answer", "--wait-ms", "1000"])
+        .env("LATCHKEY_URL", &proxy)
+        .output()
+        .await
+        .expect("latchkey runs");
+    eprintln!("{:?}: {}", ran.status, String::from_utf8_lossy(&ran.stderr));
+    // Exit 0 (the repeat was counted once) or a failure are both honest;
+    // two permits taken for one `latchkey rate` are not.
+    let state = app.get_json("/rate-limiters/lost-answer").await;
+    assert_eq!(state["available"], 4, "one permit taken: {state}");
+}
+
+#[tokio::test]
+#[ignore = "defect: inside `latchkey session`, a nested `latchkey lock --lease-ms N` exits 64 (usage): the inherited LATCHKEY_SESSION counts as --session, which excludes --lease-ms, and nothing opts out"]
+async fn a_nested_lock_with_a_lease_of_its_own_runs_inside_a_session() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    // A script written for leases of its own, run in a session: its
+    // explicit --lease-ms asks for a hold outside the session.
+    let script = r#"echo "$LATCHKEY_SESSION"
+"$LK" lock own-lease --lease-ms 5000 -- true"#;
+    let (mut child, _id, _lines) = session_running(&app, &["--ttl-ms", "3000"], script).await;
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the session's command ends")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "the nested lock ran its command");
+}

@@ -143,3 +143,41 @@ export function within<T>(promise: Promise<T>, ms: number, what: string): Promis
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
+
+/**
+ * A proxy to the service under test that forwards every request but drops
+ * the answer to the first one that `drop(method, path)` picks: the service
+ * acts on it, the client sees its connection closed.
+ */
+export async function answerDroppingProxy(
+  drop: (method: string, path: string) => boolean,
+): Promise<{ url: string; close: () => void }> {
+  const { createServer } = await import("node:http");
+  let dropped = false;
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      void (async () => {
+        const headers: Record<string, string> = {};
+        for (const [name, value] of Object.entries(req.headers)) {
+          if (typeof value === "string" && !["host", "connection", "content-length"].includes(name)) headers[name] = value;
+        }
+        const body = chunks.length > 0 ? Buffer.concat(chunks) : undefined;
+        const answer = await fetch(URL_UNDER_TEST + req.url, { method: req.method, headers, body });
+        const text = await answer.text();
+        if (!dropped && drop(req.method ?? "", req.url ?? "")) {
+          dropped = true;
+          req.socket.destroy();
+          return;
+        }
+        res.writeHead(answer.status, { "content-type": answer.headers.get("content-type") ?? "application/json" });
+        res.end(text);
+      })();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  if (address === null || typeof address === "string") throw new Error("no port");
+  return { url: `http://127.0.0.1:${address.port}`, close: () => server.close() };
+}

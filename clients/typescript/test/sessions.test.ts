@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { HoldLostError, NotAcquiredError, NotFoundError, SessionLostError, type Hold, type Session } from "latchkey";
-import { aborted, client, raw, sleep, unique, within } from "./helpers.js";
+import { aborted, answerDroppingProxy, client, raw, sleep, unique, within } from "./helpers.js";
 
 test("holds of a lock and a semaphore in a session end with it at the end of an await using block", async () => {
   const lk = client();
@@ -93,3 +93,69 @@ test("leaseMs and session together are refused before anything is sent", async (
   await using session = await lk.session();
   await assert.rejects(lk.lock(unique("s-both"), { session, leaseMs: 1000 }), TypeError);
 });
+
+test(
+  "holds taken in a session and released leave no listener on the session's signal",
+  { skip: "defect: BaseHold adds an abort listener to its session's signal and never removes it" },
+  async () => {
+    const { EventEmitter } = await import("node:events");
+    const lk = client();
+    const session = await lk.session({ ttlMs: 5000 });
+    try {
+      const before = EventEmitter.getEventListeners(session.signal, "abort").length;
+      for (let i = 0; i < 12; i++) {
+        const hold = await lk.lock(unique("s-listener"), { session });
+        await hold.release();
+      }
+      // 12 listeners past Node's limit of 10 also print a
+      // MaxListenersExceededWarning ("Possible EventTarget memory leak").
+      assert.equal(EventEmitter.getEventListeners(session.signal, "abort").length, before);
+    } finally {
+      await session.close();
+    }
+  },
+);
+
+test(
+  "a session closed whose DELETE answer was lost ends released, not lost, and so do its holds",
+  { skip: "defect: the release's retry of DELETE /sessions/{id} gets 404 and makes the session and its holds lost" },
+  async () => {
+    const proxy = await answerDroppingProxy((method, path) => method === "DELETE" && path.startsWith("/sessions/"));
+    try {
+      const lk = client({ url: proxy.url });
+      const name = unique("s-close-lost-answer");
+      const session = await lk.session({ ttlMs: 5000 });
+      const hold = await lk.lock(name, { session });
+      await session.close(); // the service deleted it: the first DELETE was answered 200, unseen
+      assert.equal((await client().lockState(name)).locked, false, "the service released the lock");
+      assert.equal(session.lost, false, "a close that succeeded is no loss");
+      assert.equal(session.signal.aborted, false);
+      assert.equal(session.released, true);
+      assert.equal(hold.lost, false);
+      assert.equal(hold.released, true);
+    } finally {
+      proxy.close();
+    }
+  },
+);
+
+test(
+  "a hold mixed in and out of a session is refused with an error of its own class",
+  { skip: "defect: 409 session-mismatch rejects with a plain LatchkeyError (the Python client raises SessionMismatch)" },
+  async () => {
+    const lk = client();
+    const name = unique("s-mismatch");
+    const outside = await lk.lock(name, { holder: "mixed" });
+    const session = await lk.session({ ttlMs: 5000 });
+    try {
+      await assert.rejects(lk.lock(name, { holder: "mixed", session }), (error: unknown) => {
+        assert.ok(error instanceof Error);
+        assert.equal(error.constructor.name, "SessionMismatchError");
+        return true;
+      });
+    } finally {
+      await session.close();
+      await outside.release();
+    }
+  },
+);
