@@ -431,9 +431,11 @@ impl Floor {
                     .invoke_async(conn)
                     .await
                     .map_err(|e| format!("sem_set: {e}"))?;
+                // permits, available, queued first (then what state
+                // reads add: the holds).
                 let want = [SEM_PERMITS as i64, SEM_PERMITS as i64, 0];
                 match &reply {
-                    Value::Array(v) if v.iter().map(int).eq(want.map(Some)) => Ok(()),
+                    Value::Array(v) if v.iter().take(3).map(int).eq(want.map(Some)) => Ok(()),
                     other => Err(format!("sem_set replied {other:?}, want {want:?}")),
                 }
             }

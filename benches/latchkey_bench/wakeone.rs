@@ -103,8 +103,9 @@ async fn waiter(shared: Arc<Shared>, lock: Arc<Lock>, task: usize) -> Result<(),
                     .await?;
                 shared.log.record(Event::Released(token));
             }
-            // {0, the holder's remaining lease}: wait.
-            None if matches!(&reply, redis::Value::Array(a) if a.len() == 2) => {}
+            // {0, the holder's remaining lease, its owner labels}: wait.
+            None if matches!(&reply, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(0))) =>
+                {}
             None => return Err(format!("floor acquire replied {reply:?}")),
         }
         by_itself = tokio::select! {

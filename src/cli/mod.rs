@@ -243,15 +243,12 @@ struct HoldArgs {
     /// the hold); a random one when omitted.
     #[arg(long)]
     holder: Option<String>,
-    /// Take the hold in this session (`latchkey session` sets
-    /// LATCHKEY_SESSION for its command), in place of a lease: the
-    /// session renews it, and its end releases it.
-    #[arg(
-        long,
-        env = "LATCHKEY_SESSION",
-        hide_env_values = true,
-        conflicts_with = "lease_ms"
-    )]
+    /// Take the hold in this session, in place of a lease: the session
+    /// renews it, and its end releases it. Default: LATCHKEY_SESSION
+    /// (which `latchkey session` sets for its command), unless --lease-ms
+    /// is given: a command with a lease of its own keeps it, in a session
+    /// or not.
+    #[arg(long, conflicts_with = "lease_ms")]
     session: Option<String>,
     #[command(flatten)]
     run: RunArgs,
@@ -553,7 +550,14 @@ async fn hold_and_run(target: Target, args: HoldArgs) -> Result<u8, Stop> {
     let service = args.service.service()?;
     let holder = args.holder.unwrap_or_else(random_holder);
     let owner = owner_label(args.run.owner.as_deref(), &args.run.command);
-    let session = args.session.as_deref();
+    let session = match (args.session, args.lease_ms) {
+        (Some(session), _) => Some(session),
+        (None, None) => std::env::var("LATCHKEY_SESSION")
+            .ok()
+            .filter(|s| !s.is_empty()),
+        (None, Some(_)) => None,
+    };
+    let session = session.as_deref();
     let what = target.describe();
     // From here on SIGINT, SIGTERM and SIGHUP no longer end latchkey at
     // once: while it waits, they end the wait (and it leaves the queue);
@@ -769,6 +773,11 @@ async fn rate(args: RateArgs) -> Result<u8, Stop> {
     if let Some(key) = &args.key {
         body["key"] = json!(key);
     }
+    // Every poll carries one Idempotency-Key: a poll sent again after its
+    // answer was lost counts once (a refusal is not recorded under it, so
+    // a later poll still tries afresh).
+    let idempotency_key =
+        HeaderValue::from_str(&random_holder()).expect("hex digits are a header value");
     let admitted = service
         .wait_for(
             Some(Duration::from_millis(args.wait_ms)),
@@ -780,10 +789,12 @@ async fn rate(args: RateArgs) -> Result<u8, Stop> {
             |piece_ms, timeout| {
                 let mut body = body.clone();
                 body["wait_ms"] = json!(piece_ms);
+                let mut headers = HeaderMap::new();
+                headers.insert("idempotency-key", idempotency_key.clone());
                 let (service, path) = (&service, &path);
                 async move {
                     service
-                        .call(Method::POST, path, Some(&body), HeaderMap::new(), timeout)
+                        .call(Method::POST, path, Some(&body), headers, timeout)
                         .await
                 }
             },

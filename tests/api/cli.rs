@@ -1316,7 +1316,6 @@ async fn answer_dropping_proxy(app: &TestApp) -> String {
 }
 
 #[tokio::test]
-#[ignore = "defect: `latchkey rate --wait-ms N` sends an acquire whose answer was lost again without an Idempotency-Key, taking its permits twice"]
 async fn rate_does_not_take_permits_twice_when_an_answer_is_lost() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
@@ -1336,7 +1335,6 @@ async fn rate_does_not_take_permits_twice_when_an_answer_is_lost() {
 }
 
 #[tokio::test]
-#[ignore = "defect: inside `latchkey session`, a nested `latchkey lock --lease-ms N` exits 64 (usage): the inherited LATCHKEY_SESSION counts as --session, which excludes --lease-ms, and nothing opts out"]
 async fn a_nested_lock_with_a_lease_of_its_own_runs_inside_a_session() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;

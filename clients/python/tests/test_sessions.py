@@ -137,10 +137,6 @@ async def test_async_session_holds_renewal_and_loss(url: str, name: Names) -> No
                 assert held.lost.is_set() and held.lost_reason == "session-lost"
 
 
-@pytest.mark.skip(
-    reason="defect: a hold taken in a session sends the client's owner label, so the session's owner "
-    "(as the TypeScript client and the CLI show it) never reaches its holds"
-)
 def test_a_hold_in_a_session_without_an_owner_of_its_own_shows_the_sessions(lk: latchkey.Client, name: Names) -> None:
     lock = name("owner-in-session")
     with lk.session(ttl_ms=5_000, owner="nightly-job") as session:

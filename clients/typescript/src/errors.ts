@@ -163,6 +163,13 @@ export class LatchExistsError extends LatchkeyError {}
 export class UpgradeWouldDeadlockError extends LatchkeyError {}
 
 /**
+ * 409 `session-mismatch`: the holder holds the object in another session,
+ * or without one while this acquire names one (or the reverse); nothing
+ * changed.
+ */
+export class SessionMismatchError extends LatchkeyError {}
+
+/**
  * 400 `out-of-range`: `field` names the member, `minimum`/`maximum` the
  * accepted range when given; `limit` the rate limit whose burst a request
  * of several limits exceeds.
@@ -223,6 +230,8 @@ export function errorFromProblem(status: number, problem: Problem, retryAfterMs:
       return new LatchExistsError(message, options);
     case "upgrade-would-deadlock":
       return new UpgradeWouldDeadlockError(message, options);
+    case "session-mismatch":
+      return new SessionMismatchError(message, options);
     case "out-of-range":
       return new OutOfRangeError(message, options);
     case "redlock-not-configured":

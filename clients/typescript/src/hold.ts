@@ -6,7 +6,7 @@
  * itself: the session renews it, and its loss is the session's.
  */
 
-import { HoldLostError, isRetryable, LatchkeyError } from "./errors.js";
+import { HoldLostError, isRetryable, LatchkeyError, NetworkError } from "./errors.js";
 import { errorOf, now, sleep, type JsonAnswer, type Transport } from "./http.js";
 
 /** `Symbol.asyncDispose`, or the registered symbol polyfills use where it is not built in. */
@@ -278,11 +278,15 @@ export abstract class Lease implements AsyncDisposable {
   }
 
   async #send(call: Call, wasLost: boolean): Promise<void> {
+    // Whether an earlier try may have released it though its answer was
+    // lost: then a 404 is that release, not a loss.
+    let maybeDone = false;
     for (let attempt = 1; ; attempt++) {
       let answer: JsonAnswer;
       try {
         answer = await this.#transport.json({ ...call, timeoutMs: this.#requestTimeoutMs });
       } catch (error) {
+        maybeDone ||= error instanceof NetworkError;
         if (attempt < 3 && isRetryable(error)) {
           await sleep(200 * attempt);
           continue;
@@ -295,7 +299,7 @@ export abstract class Lease implements AsyncDisposable {
         const notHeld = error.problem?.not_held;
         const rest = Array.isArray(notHeld) ? this.#ops.releaseRest?.(notHeld) : undefined;
         if (rest) await this.#send(rest, true).catch(() => {});
-        if (!wasLost) this.#lose("not-held", error);
+        if (!wasLost && !maybeDone) this.#lose("not-held", error);
         return;
       }
       if (attempt < 3 && isRetryable(error)) {
@@ -320,6 +324,8 @@ function remainingOf(grant: Record<string, unknown>, which: "lease" | "expires")
  */
 export abstract class BaseHold extends Lease {
   readonly #session: SessionLink | undefined;
+  /** Ends its listener on the session's signal once the hold is over. */
+  readonly #unlisten = new AbortController();
 
   /** @internal Holds are made by the client's acquire methods. */
   protected constructor(init: HoldInit) {
@@ -330,7 +336,8 @@ export abstract class BaseHold extends Lease {
       if (session.signal.aborted) this._lose("session-lost");
       else {
         session._attach(this);
-        session.signal.addEventListener("abort", () => this._lose("session-lost"), { once: true });
+        const signal = this.#unlisten.signal;
+        session.signal.addEventListener("abort", () => this._lose("session-lost"), { once: true, signal });
       }
     }
   }
@@ -342,11 +349,13 @@ export abstract class BaseHold extends Lease {
 
   override release(): Promise<void> {
     this.#session?._detach(this);
+    this.#unlisten.abort();
     return super.release();
   }
 
   /** @internal Its session was released (with every hold in it). */
   _sessionEnded(): void {
+    this.#unlisten.abort();
     this._ended();
   }
 

@@ -57,6 +57,7 @@ export {
   SessionLostError,
   UnavailableError,
   UpgradeWouldDeadlockError,
+  SessionMismatchError,
   type LatchkeyErrorOptions,
   type LimitRef,
   type Problem,

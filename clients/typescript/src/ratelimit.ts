@@ -5,7 +5,7 @@
  * on the service (long-poll); a refusal is a {@link RateLimitedError}.
  */
 
-import { isRetryable, LatchkeyError, RateLimitedError } from "./errors.js";
+import { isRetryable, LatchkeyError, NetworkError, RateLimitedError } from "./errors.js";
 import { checkWait, now, sleep, throwIfAborted } from "./http.js";
 import type { Core } from "./client.js";
 import { Named } from "./named.js";
@@ -76,7 +76,10 @@ export interface LimitRequest {
 /**
  * Takes permits at `path` within the wait: polls of at most the service's
  * longest long-poll; after a refusal whose permits come within the wait
- * (but beyond this poll), sleeps until they come within the next one.
+ * (but beyond this poll), sleeps until they come within the next one. A
+ * poll whose answer was lost may have taken its permits: it is sent again
+ * only with an `Idempotency-Key` (which makes the repeat count once);
+ * without one (several limits) the loss is the caller's error.
  */
 export async function takePermits<T>(
   core: Core,
@@ -109,7 +112,8 @@ export async function takePermits<T>(
         await sleep(Math.max(after - piece, 10), signal);
         continue;
       }
-      if (isRetryable(error) && rest >= 1) {
+      const resendable = headers !== undefined || !(error instanceof NetworkError);
+      if (isRetryable(error) && resendable && rest >= 1) {
         await sleep(Math.min(error.retryAfterMs ?? 1000, rest), signal);
         continue;
       }
@@ -154,7 +158,11 @@ export class RateLimiter extends Named {
     const body: Record<string, unknown> = {};
     if (key !== undefined) body.key = key;
     if (permits !== undefined) body.permits = permits;
-    return takePermits(this.core, `${this.path()}/acquire`, body, wait);
+    // Every poll of one acquire carries one key, so a poll sent again
+    // after its answer was lost counts once (a refusal is not recorded
+    // under it, so later polls still try afresh).
+    const idempotencyKey = wait.idempotencyKey ?? globalThis.crypto.randomUUID();
+    return takePermits(this.core, `${this.path()}/acquire`, body, { ...wait, idempotencyKey });
   }
 }
 

@@ -96,7 +96,6 @@ test("leaseMs and session together are refused before anything is sent", async (
 
 test(
   "holds taken in a session and released leave no listener on the session's signal",
-  { skip: "defect: BaseHold adds an abort listener to its session's signal and never removes it" },
   async () => {
     const { EventEmitter } = await import("node:events");
     const lk = client();
@@ -118,7 +117,6 @@ test(
 
 test(
   "a session closed whose DELETE answer was lost ends released, not lost, and so do its holds",
-  { skip: "defect: the release's retry of DELETE /sessions/{id} gets 404 and makes the session and its holds lost" },
   async () => {
     const proxy = await answerDroppingProxy((method, path) => method === "DELETE" && path.startsWith("/sessions/"));
     try {
@@ -141,7 +139,6 @@ test(
 
 test(
   "a hold mixed in and out of a session is refused with an error of its own class",
-  { skip: "defect: 409 session-mismatch rejects with a plain LatchkeyError (the Python client raises SessionMismatch)" },
   async () => {
     const lk = client();
     const name = unique("s-mismatch");

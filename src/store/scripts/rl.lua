@@ -259,23 +259,21 @@ end
 -- key occupies no memory (a full bucket is what a key without one reads
 -- as). A carried-over bucket forgets its last acquire.
 local function store_bucket(key, keyed, l, limiter, last)
+  local fields = {'tat', int(now + l[1]), 'frac', int(l[2])}
+  if last then
+    fields[5], fields[6] = 'last', last
+  end
   if not keyed then
-    redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]))
-    if last then
-      redis.call('HSET', key, 'last', last)
-    end
+    redis.call('HSET', key, unpack(fields))
     return
   end
   if l[1] == 0 and l[2] == 0 then
     redis.call('DEL', key)
     return
   end
-  redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]),
-    'rate', limiter.rate, 'per_ms', limiter.per_ms, 'burst', limiter.burst,
-    'gen', limiter.gen, 'ver', limiter.ver)
-  if last then
-    redis.call('HSET', key, 'last', last)
-  elseif limiter.carried then
+  redis.call('HSET', key, 'rate', limiter.rate, 'per_ms', limiter.per_ms,
+    'burst', limiter.burst, 'gen', limiter.gen, 'ver', limiter.ver, unpack(fields))
+  if limiter.carried and not last then
     redis.call('HDEL', key, 'last')
   end
   -- The expiry comes last: nothing written after it could outlive it

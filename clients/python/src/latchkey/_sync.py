@@ -857,11 +857,16 @@ class Client:
         owner: Optional[str] = None,
         session: SessionArg = None,
     ) -> Acquisition[H]:
-        op.owner = self._owner if owner is None else clean_owner(owner)
+        # A hold in a session without a label of its own shows the
+        # session's (the service lends it); elsewhere the client's.
+        if owner is not None:
+            op.owner = clean_owner(owner)
+        elif session is None:
+            op.owner = self._owner
         if session is not None:
             if lease_ms is not None:
                 raise ValueError("a hold in a session lives as long as the session: pass lease_ms or session, not both")
-            op.session = session.id if isinstance(session, Session) else str(session)
+            op.session = session if isinstance(session, str) else session.id
         return Acquisition(
             self,
             op,
