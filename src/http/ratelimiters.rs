@@ -31,7 +31,9 @@ use crate::http::extract::{
 };
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, Timing};
-use crate::http::responses::{BodyErrors, ObjectErrors, RateAcquireErrors, RateReadErrors};
+use crate::http::responses::{
+    BodyErrors, ObjectErrors, RateAcquireErrors, RateLimitsErrors, RateReadErrors,
+};
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::wait::WaitError;
@@ -1004,7 +1006,7 @@ const SSE_EXAMPLE_SEVERAL: &str = "event: waiting\ndata: {\"retry_after_ms\":250
             `waiting` events while the request waits, then one of `acquired` (data: this body), \
             `timeout` or `error` (data: a problem).",
             content((LimitsGrant = "application/json"), (String = "text/event-stream", example = json!(SSE_EXAMPLE_SEVERAL)))),
-        RateAcquireErrors,
+        RateLimitsErrors,
     )
 )]
 pub async fn acquire_all(

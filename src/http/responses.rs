@@ -199,6 +199,42 @@ pub mod examples {
         }))
     }
 
+    /// The problems of an acquire of several rate limits name the limit
+    /// they are about.
+    fn of_limit(mut problem: ApiError, name: &str, key: Option<&str>) -> Problem {
+        problem.problem.limit = Some(crate::error::LimitRef {
+            name: name.into(),
+            key: key.map(Into::into),
+        });
+        problem.problem.clone()
+    }
+
+    pub fn limits_rate_limited() -> Problem {
+        let blocked = Blocked {
+            retry_after_ms: 1250,
+            available: Some(0),
+            ..Blocked::default()
+        };
+        of_limit(
+            ratelimiters::rate_limited(blocked),
+            "api-per-user",
+            Some("user-42"),
+        )
+    }
+
+    pub fn limits_not_found() -> Problem {
+        let problem = ApiError::not_found(
+            "no such rate limiter: configure it first with PUT /rate-limiters/{name}",
+        );
+        of_limit(problem, "api-per-ip", Some("203.0.113.7"))
+    }
+
+    pub fn limits_out_of_range() -> Problem {
+        let refusal = crate::wait::WaitError::Refused(crate::coord::Refusal::OverBurst(10));
+        let problem = ApiError::from(refusal);
+        of_limit(problem, "api", None)
+    }
+
     pub fn latch_exists() -> Problem {
         problem(latches::latch_exists(3))
     }
@@ -490,6 +526,25 @@ problem_responses! {
         NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
         /// Not admitted (`rate-limited`): the permits come later than `wait_ms`; `retry_after_ms` says when, and `available` how many there are now. Or too many waiters on this instance
         Limited = 429 [("rate-limited", rate_limited), ("too-many-waiters", too_many_waiters)],
+        /// Redis unavailable, or shutting down
+        Unavailable = 503 [("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
+    }
+}
+
+problem_responses! {
+    /// Every error of an acquire of several rate limits: as one limiter's,
+    /// each naming the limit it is about (`limit`).
+    RateLimitsErrors {
+        /// Invalid body (no limits, more than 16, one listed twice, an
+        /// Idempotency-Key), an invalid name, or more permits than a
+        /// limit's burst (`out-of-range`, naming the limit)
+        Invalid = 400 [("invalid-name", invalid_name), ("invalid-body", invalid_body), ("out-of-range", limits_out_of_range)],
+        /// A limiter that does not exist (`not-found`, naming the limit)
+        NotFound = 404 [("not-found", limits_not_found)],
+        /// Body is not JSON
+        NotJson = 415 [("unsupported-media-type", unsupported_media_type)],
+        /// Not admitted (`rate-limited`): every limit admits only after `wait_ms`; `retry_after_ms` says when all of them will, `limit` names one that refused. Or too many waiters on this instance
+        Limited = 429 [("rate-limited", limits_rate_limited), ("too-many-waiters", too_many_waiters)],
         /// Redis unavailable, or shutting down
         Unavailable = 503 [("backend-unavailable", backend_unavailable), ("shutting-down", shutting_down)],
     }
