@@ -404,6 +404,34 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        // `cluster_state:ok` comes before the replicas are known everywhere:
+        // `redis-cli` makes them replicas last, and the news spreads by
+        // gossip. Wait until every node lists every replica and each replica
+        // has synchronized with its master, so a failover test can find a
+        // replica and that replica can take over.
+        let expected = n / (replicas + 1) * replicas;
+        for node in &nodes {
+            while !node.ask(&["CLUSTER", "NODES"]).is_some_and(|table| {
+                table
+                    .lines()
+                    .filter(|line| {
+                        line.split_whitespace()
+                            .nth(2)
+                            .is_some_and(|f| f.contains("slave"))
+                    })
+                    .count()
+                    == expected
+            }) || !node.ask(&["INFO", "replication"]).is_some_and(|info| {
+                info.contains("role:master") || info.contains("master_link_status:up")
+            }) {
+                if started.elapsed() > Duration::from_secs(30) {
+                    return Err(format!(
+                        "the cluster's {expected} replicas were not known everywhere and in sync within 30 s"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         Ok(RedisCluster { nodes })
     }
 
