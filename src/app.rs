@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::config::keys::Keys;
 use crate::coord::latches::Latches;
 use crate::coord::locks::{LockKind, Locks};
 use crate::coord::multilocks::MultiLocks;
@@ -22,7 +23,6 @@ use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
 use crate::coord::sessions::Sessions;
 use crate::http;
-use crate::http::access::Keys;
 use crate::metrics::Metrics;
 use crate::state::{AppState, Shared};
 use crate::store::pubsub::Hub;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::store::tls::{RedisTls, SettingFile};
+use crate::config::tls::{RedisTls, SettingFile};
 
 const INSTALL_HINT: &str = "redis-server was not found on PATH. latchkey's dev mode (no \
 LATCHKEY_REDIS_URL set) starts private redis-server processes. Install it with \

@@ -8,7 +8,8 @@
 //!
 //! ## Module map
 //!
-//! - [`config`]: typed settings (defaults → TOML file → env → flags), validated at start.
+//! - [`config`]: typed settings (defaults → TOML file → env → flags), validated at start;
+//!   the API keys and Redis TLS files they name, read and checked.
 //! - [`app`]: start-up, serving, graceful shutdown.
 //! - [`state`]: [`state::AppState`], the handles every request handler shares.
 //! - [`error`]: the one error type, rendered as `application/problem+json`.
@@ -29,6 +30,8 @@
 //!   relay for interchangeable waiters, each waiter on its own ticket of
 //!   a queue kept in Redis, one waiter watching several objects, or every
 //!   waiter answered by one broadcast message).
+//! - [`owner`]: the rules of an owner label, which the service checks and the
+//!   client tools follow.
 //! - [`counted`]: the user-counted map the hub and the engine keep their state in.
 //! - [`metrics`], [`telemetry`]: Prometheus registry and JSON logs.
 //! - [`devredis`]: private redis-server processes for dev mode, tests and the benchmark.
@@ -47,6 +50,7 @@ pub mod devredis;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod owner;
 pub mod state;
 pub mod store;
 pub mod telemetry;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::config::keys::Keys;
 use crate::coord::latches::Latches;
 use crate::coord::locks::Locks;
 use crate::coord::multilocks::MultiLocks;
@@ -19,7 +20,6 @@ use crate::coord::redlock::RedLocks;
 use crate::coord::rwlocks::RwLocks;
 use crate::coord::semaphores::Semaphores;
 use crate::coord::sessions::Sessions;
-use crate::http::access::Keys;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::wait::WaitEngine;

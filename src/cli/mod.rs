@@ -31,6 +31,8 @@ use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
+use crate::owner::{MAX_OWNER, unprintable};
+
 use service::{Again, Answer, Failure, Service};
 use supervise::{Hold, Signals};
 
@@ -63,17 +65,6 @@ const SUBCOMMANDS: [&str; 8] = [
     "session",
     "ls",
     "status",
-];
-
-/// Variables the client tools read or set, which the server knows are not
-/// its own settings.
-pub const VARIABLES: [&str; 6] = [
-    "LATCHKEY_URL",
-    "LATCHKEY_SESSION",
-    "LATCHKEY_API_KEY",
-    "LATCHKEY_NAME",
-    "LATCHKEY_HOLDER",
-    "LATCHKEY_FENCING_TOKEN",
 ];
 
 #[derive(Debug, Parser)]
@@ -875,10 +866,7 @@ async fn session(args: &ServiceArgs, ttl_ms: Option<u64>, run: RunArgs) -> Resul
     .await
 }
 
-/// The longest owner label the service accepts, in bytes.
-const OWNER_MAX: usize = 200;
-
-/// `--owner`, or "<host> pid <pid> <command>": at most [`OWNER_MAX`]
+/// `--owner`, or "<host> pid <pid> <command>": at most [`MAX_OWNER`]
 /// bytes (cut on a character boundary), control characters replaced.
 fn owner_label(given: Option<&str>, command: &[OsString]) -> String {
     let text = match given {
@@ -896,15 +884,9 @@ fn owner_label(given: Option<&str>, command: &[OsString]) -> String {
             )
         }
     };
-    let mut label = String::with_capacity(text.len().min(OWNER_MAX));
-    for c in (text.chars()).map(|c| {
-        if crate::http::extract::unprintable(c) {
-            '?'
-        } else {
-            c
-        }
-    }) {
-        if label.len() + c.len_utf8() > OWNER_MAX {
+    let mut label = String::with_capacity(text.len().min(MAX_OWNER));
+    for c in (text.chars()).map(|c| if unprintable(c) { '?' } else { c }) {
+        if label.len() + c.len_utf8() > MAX_OWNER {
             break;
         }
         label.push(c);

@@ -9,6 +9,7 @@ use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, ProblemType};
+use crate::owner::{MAX_OWNER, unprintable};
 use crate::state::AppState;
 
 /// A JSON body whose fields are all optional: an omitted or empty body
@@ -152,26 +153,6 @@ pub fn check_session(id: &str) -> Result<(), ApiError> {
 pub fn check_session_in_path(id: &str) -> Result<(), ApiError> {
     check_id(id, "session ids").map_err(ApiError::invalid_name)
 }
-
-/// Whether `c` may not appear in an owner label: a control character
-/// (Unicode category Cc), or an invisible one that would hide or reorder
-/// the text around it where the label is shown (zero-width characters,
-/// bidirectional embeddings, overrides and isolates, word joiners, the
-/// byte order mark).
-pub fn unprintable(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{206F}'
-                | '\u{FEFF}'
-        )
-}
-
-/// The longest owner label accepted, in bytes.
-pub const MAX_OWNER: usize = 200;
 
 /// An owner label (`"owner"` in an acquire or `POST /sessions`): who holds,
 /// in words, for people reading state reads, refusals and the console

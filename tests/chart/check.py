@@ -10,7 +10,7 @@ render with a planted fault, which it must report, so that a check that can
 no longer fail does not pass unnoticed.
 
 The invariants read the service's own sources where they can drift from
-the chart: the settings and their defaults (src/config.rs) and the metric
+the chart: the settings and their defaults (src/config/) and the metric
 names and labels (src/metrics.rs).
 """
 
@@ -77,13 +77,13 @@ DERIVED_VARIABLES = {
     "LATCHKEY_REDIS_TLS_CERT_FILE",
     "LATCHKEY_REDIS_TLS_KEY_FILE",
 }
-# Settings of src/config.rs the chart leaves unset on purpose.
+# Settings of src/config/ the chart leaves unset on purpose.
 UNSET_VARIABLES = {
     "LATCHKEY_API_KEYS": "keys come from a Secret mounted as LATCHKEY_API_KEYS_FILE",
     "LATCHKEY_CONFIG": "every setting is an environment variable",
 }
 # The Redis TLS settings, which a latchkey build with Redis TLS support
-# has; until src/config.rs declares them they are accepted by name.
+# has; until src/config/ declares them they are accepted by name.
 TLS_VARIABLES = {
     "LATCHKEY_REDIS_TLS_CA_FILE",
     "LATCHKEY_REDIS_TLS_CERT_FILE",
@@ -140,7 +140,7 @@ def registered_metrics(source: str) -> dict[str, Metric]:
 
 
 def settings(source: str) -> dict[str, str | None]:
-    """Every LATCHKEY_* variable of src/config.rs, with its default."""
+    """Every LATCHKEY_* variable of src/config/, with its default."""
     found: dict[str, str | None] = {}
     for attribute in re.findall(r"#\[arg\((.*?)\)\]\s*\n", source, re.S):
         env = re.search(r'env = "(LATCHKEY_\w+)"', attribute)
@@ -148,7 +148,7 @@ def settings(source: str) -> dict[str, str | None]:
             default = re.search(r'default_value = "([^"]*)"', attribute)
             found[env.group(1)] = default.group(1) if default else None
     if "LATCHKEY_REDIS_URL" not in found or len(found) < 15:
-        raise SystemExit(f"src/config.rs: parsed only {sorted(found)}")
+        raise SystemExit(f"src/config/: parsed only {sorted(found)}")
     return found
 
 
@@ -447,22 +447,22 @@ def check_environment(r: Render, config_rs: dict[str, str | None]) -> None:
     for name in env:
         if name.startswith("LATCHKEY_"):
             if name not in known:
-                raise Problem(f"{name} is set, but it is no setting of src/config.rs")
+                raise Problem(f"{name} is set, but it is no setting of src/config/")
             if name not in expected:
                 raise Problem(f"{name} is set, but no value of the chart maps to it")
 
 
 def check_settings_coverage(config_rs: dict[str, str | None], defaults: dict[str, Any]) -> None:
-    """Every setting of src/config.rs is mapped or deliberately unset, and
+    """Every setting of src/config/ is mapped or deliberately unset, and
     the chart's defaults are the binary's."""
     mapped = set(VALUE_VARIABLES.values()) | DERIVED_VARIABLES
     for name in config_rs:
         if name not in mapped and name not in UNSET_VARIABLES:
-            raise Problem(f"src/config.rs has {name}; map it in the chart (and in this check) "
+            raise Problem(f"src/config/ has {name}; map it in the chart (and in this check) "
                           "or list it in UNSET_VARIABLES with the reason")
     for name in mapped - TLS_VARIABLES:
         if name not in config_rs:
-            raise Problem(f"the chart maps {name}, which src/config.rs does not declare")
+            raise Problem(f"the chart maps {name}, which src/config/ does not declare")
     for path, name in VALUE_VARIABLES.items():
         binary = config_rs[name]
         if binary is not None and plain(get(defaults, path)) != binary:
@@ -872,13 +872,14 @@ def main() -> int:
     helm_python.disable_logging()
     report = Report()
     metrics = registered_metrics((ROOT / "src" / "metrics.rs").read_text())
-    config_rs = settings((ROOT / "src" / "config.rs").read_text())
+    config_rs = settings("".join((ROOT / "src" / "config" / name).read_text()
+                                for name in ("settings.rs", "load.rs")))
     dashboard_text = DASHBOARD.read_text()
     dashboard = json.loads(dashboard_text)
     chart = helm_python.Chart.load(CHART)
     print(f"Helm {helm_python.helm_sdk_version()}, kubernetes-validate schemas "
           f"{kube_floor()} (1.30 with the preStop sleep action) and {KUBE_LATEST}; "
-          f"{len(metrics)} metrics in src/metrics.rs, {len(config_rs)} settings in src/config.rs")
+          f"{len(metrics)} metrics in src/metrics.rs, {len(config_rs)} settings in src/config/")
 
     def attempt(label: str, check: Callable[[], None]) -> None:
         try:
@@ -890,7 +891,7 @@ def main() -> int:
         else:
             report.ok(label)
 
-    attempt("chart defaults and settings match src/config.rs",
+    attempt("chart defaults and settings match src/config/",
             lambda: check_settings_coverage(config_rs, chart.values))
     attempt(f"dashboard: {len(dashboard_expressions(dashboard))} expressions use only "
             "registered metrics and their labels", lambda: check_dashboard(dashboard, metrics))
