@@ -25,6 +25,10 @@ fn main() -> ExitCode {
             print!("{}", latchkey::openapi_json());
             return ExitCode::SUCCESS;
         }
+        Ok(Invocation::PrintConfigReference) => {
+            print!("{}", config::reference::markdown());
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("latchkey: {e}");
             return ExitCode::from(2);

@@ -30,6 +30,9 @@ struct Cli {
     /// Print the OpenAPI document and exit.
     #[arg(long)]
     print_openapi: bool,
+    /// Print every setting (key, variable, flag, default, range) as Markdown and exit.
+    #[arg(long)]
+    print_config_reference: bool,
     #[command(flatten)]
     settings: Config,
 }
@@ -45,6 +48,7 @@ pub enum Invocation {
     Help,
     Version,
     PrintOpenApi,
+    PrintConfigReference,
 }
 
 /// The command line parser, with environment values kept out of `--help`
@@ -79,6 +83,9 @@ pub(super) fn parse(
     let cli = Cli::from_arg_matches(&matches).map_err(|e| ConfigError(e.to_string()))?;
     if cli.print_openapi {
         return Ok(Invocation::PrintOpenApi);
+    }
+    if cli.print_config_reference {
+        return Ok(Invocation::PrintConfigReference);
     }
     let mut sources = Sources::default();
     for arg in command.get_arguments() {

@@ -14,9 +14,12 @@
 //!   flag).
 //! - [`keys`], [`tls`]: the API keys and the Redis TLS files the settings
 //!   name, read and checked at start.
+//! - [`reference`]: the settings as a Markdown table
+//!   (`latchkey --print-config-reference`).
 
 pub mod keys;
 pub mod load;
+pub mod reference;
 pub mod settings;
 pub mod sources;
 pub mod tls;

@@ -494,6 +494,34 @@ fn committed_openapi_document_matches_the_code() {
     assert_eq!(acquire["requestBody"]["required"], false);
 }
 
+#[test]
+fn committed_settings_reference_matches_the_binary() {
+    let output = Command::new(env!("CARGO_BIN_EXE_latchkey"))
+        .arg("--print-config-reference")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/src/reference/settings.md"
+    );
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        printed == committed,
+        "docs/src/reference/settings.md is stale; regenerate it with \
+         `cargo run -- --print-config-reference > docs/src/reference/settings.md`"
+    );
+    for variable in [
+        "LATCHKEY_LISTEN",
+        "LATCHKEY_REDIS_URL",
+        "LATCHKEY_SHUTDOWN_GRACE_MS",
+    ] {
+        assert!(printed.contains(&format!("`{variable}`")), "{printed}");
+    }
+}
+
 #[tokio::test]
 async fn openapi_json_and_swagger_ui_are_served_offline() {
     let redis = redis();
