@@ -2,7 +2,7 @@
 //! environment variables, then command-line flags.
 //!
 //! - [`settings`]: [`Config`], one struct whose fields are the settings:
-//!   key, variable, flag, default and description in one place.
+//!   key, variable, flag, default, description and range in one place.
 //! - [`values`]: the kinds of value a setting takes, read alike from a
 //!   flag, a variable and the file.
 //! - [`load`]: sources and precedence: clap reads the flags and the

@@ -1,8 +1,8 @@
 //! The settings: one struct whose fields are the settings, each with its
 //! TOML key, its `LATCHKEY_*` variable, its flag, its default and its
-//! one-line description in one place. The loader ([`super::load`]), the
-//! checks ([`super::validate`]) and the reference
-//! ([`super::reference`]) all read them from here.
+//! one-line description in one place, and the range of each whole-number
+//! setting. The loader ([`super::load`]), the checks ([`super::validate`])
+//! and the reference ([`super::reference`]) all read them from here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -151,6 +151,29 @@ impl Config {
 
     pub fn redis_response_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_response_timeout_ms)
+    }
+
+    /// Each whole-number setting with a fixed range: its key, its value and
+    /// the lowest and highest value allowed. The checks hold the values to
+    /// them ([`super::validate`]; `default_lease_ms` to
+    /// `min_lease_ms..=max_lease_ms` after these) and the reference shows
+    /// them.
+    pub(super) fn ranges(&self) -> [(&'static str, u64, u64, u64); 11] {
+        #[rustfmt::skip]
+        let ranges = [
+            ("min_lease_ms", self.min_lease_ms, 1, u64::MAX),
+            ("max_lease_ms", self.max_lease_ms, 1, 365 * 86_400_000),
+            ("redis_response_timeout_ms", self.redis_response_timeout_ms, 10, 60_000),
+            ("min_replicas", self.min_replicas.into(), 0, 100),
+            ("max_wait_ms", self.max_wait_ms, 0, 86_400_000),
+            ("queue_grace_ms", self.queue_grace_ms, 100, 3_600_000),
+            ("max_waiters", self.max_waiters as u64, 1, 10_000_000),
+            ("redis_pool_size", self.redis_pool_size as u64, 1, 4096),
+            ("redis_connect_timeout_ms", self.redis_connect_timeout_ms, 10, 60_000),
+            ("max_body_bytes", self.max_body_bytes as u64, 1024, 16 * 1024 * 1024),
+            ("shutdown_grace_ms", self.shutdown_grace_ms, 0, 600_000),
+        ];
+        ranges
     }
 }
 

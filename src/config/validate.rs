@@ -58,29 +58,6 @@ impl Config {
         self.check(&Sources::default())
     }
 
-    /// Each whole-number setting with a fixed range: its key, its value and
-    /// the lowest and highest value allowed. [`Config::check`] holds the
-    /// values to them and the reference shows them.
-    /// `default_lease_ms` is held to `min_lease_ms..=max_lease_ms` after
-    /// these.
-    pub(super) fn ranges(&self) -> [(&'static str, u64, u64, u64); 11] {
-        #[rustfmt::skip]
-        let ranges = [
-            ("min_lease_ms", self.min_lease_ms, 1, u64::MAX),
-            ("max_lease_ms", self.max_lease_ms, 1, 365 * 86_400_000),
-            ("redis_response_timeout_ms", self.redis_response_timeout_ms, 10, 60_000),
-            ("min_replicas", self.min_replicas.into(), 0, 100),
-            ("max_wait_ms", self.max_wait_ms, 0, 86_400_000),
-            ("queue_grace_ms", self.queue_grace_ms, 100, 3_600_000),
-            ("max_waiters", self.max_waiters as u64, 1, 10_000_000),
-            ("redis_pool_size", self.redis_pool_size as u64, 1, 4096),
-            ("redis_connect_timeout_ms", self.redis_connect_timeout_ms, 10, 60_000),
-            ("max_body_bytes", self.max_body_bytes as u64, 1024, 16 * 1024 * 1024),
-            ("shutdown_grace_ms", self.shutdown_grace_ms, 0, 600_000),
-        ];
-        ranges
-    }
-
     pub(super) fn check(&self, sources: &Sources) -> Result<(), ConfigError> {
         let fail = |message: String| Err(ConfigError(message));
         let range = |key: &str, value: u64, min: u64, max: u64| {
