@@ -25,7 +25,7 @@ use latchkey::store::scripts::{
 };
 
 use crate::client::LEASE_MS;
-use crate::throughput::{Op, Primitive, SEM_PERMITS};
+use crate::ops::{Op, Primitive, SEM_PERMITS};
 
 /// Key prefix of every floor's keys (the service's is `latchkey:`).
 const PREFIX: &str = "bench-direct:";

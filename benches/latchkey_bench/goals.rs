@@ -1,38 +1,19 @@
 //! The goals table: one row per goal of the issue "Per-request cost,
 //! round 2", each a latchkey figure against its reference measured in the
 //! same run (same rounds, medians), their ratio, the goal and whether it
-//! is met. A later phase adds its goals through [`crate::report::Section`].
+//! is met. A later phase adds its goals through [`crate::measured::Section`].
 
 use crate::floors::{Floor, Redisson};
-use crate::report::{Report, fig};
-use crate::throughput::{self, Kind, Primitive, own};
-use crate::{handoff, report};
+use crate::handoff;
+use crate::measured::{Goal, Report, Target};
+use crate::ops::Primitive;
+use crate::stats::fig;
+use crate::throughput::{self, Kind, own};
 
 /// The concurrency the throughput goals are set at.
 const C: usize = 64;
 /// The waiters the handoff goal is set at.
 const WAITERS: usize = 64;
-
-/// What the ratio latchkey ÷ reference must be.
-#[derive(Clone, Copy, Debug)]
-pub enum Target {
-    /// At least the first; the second is a stretch goal.
-    AtLeast(f64, Option<f64>),
-    AtMost(f64),
-    /// The issue sets no figure: measured, not judged.
-    None,
-}
-
-/// One row of the goals table.
-#[derive(Clone, Debug)]
-pub struct Goal {
-    pub measure: String,
-    pub latchkey: f64,
-    pub reference: f64,
-    /// Digits of the two figures.
-    pub decimals: usize,
-    pub target: Target,
-}
 
 impl Goal {
     fn ratio(&self) -> f64 {
@@ -161,7 +142,7 @@ fn bound_goal(r: &throughput::Row) -> Goal {
             r.c
         ),
         latchkey: plain.acquire_p50_us(),
-        reference: report::bound_us(r),
+        reference: throughput::bound_us(r),
         decimals: 0,
         target: Target::AtMost(2.0),
     }

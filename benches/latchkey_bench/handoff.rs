@@ -19,16 +19,16 @@
 //! a fresh lock name.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use reqwest::StatusCode;
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 use crate::client;
+use crate::handofflog::{Event, Shared};
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile};
 use crate::tasks::join_all;
@@ -77,39 +77,6 @@ impl Kind {
             Kind::Floor => "floor",
         }
     }
-}
-
-/// One entry of the shared log.
-#[derive(Clone, Copy)]
-pub enum Event {
-    /// A 201 with `token` reached waiter `task`.
-    Granted { token: u64, task: usize },
-    /// The release of token `t` is about to be sent.
-    ReleaseSent(u64),
-    /// The 200 of the release of token `t` reached the releaser.
-    Released(u64),
-}
-
-/// Time-ordered log: each instant is taken under the mutex.
-#[derive(Default)]
-pub struct Log(Mutex<Vec<(Event, Instant)>>);
-
-impl Log {
-    pub fn record(&self, event: Event) {
-        let mut log = self.0.lock().expect("handoff log poisoned");
-        log.push((event, Instant::now()));
-    }
-}
-
-/// What every waiter of a run shares.
-#[derive(Default)]
-pub struct Shared {
-    pub log: Log,
-    pub stop: CancellationToken,
-    /// Waits that ended without a grant: long-polls answered 409 (must
-    /// stay 0: WAIT_MS ≫ the run), or floor waiters that looked again by
-    /// themselves and found the lock free (a lost wake-up).
-    pub timeouts: AtomicU64,
 }
 
 /// Where the HTTP waiters send their requests.

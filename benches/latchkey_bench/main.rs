@@ -31,6 +31,9 @@ mod fanout;
 mod floors;
 mod goals;
 mod handoff;
+mod handofflog;
+mod measured;
+mod ops;
 mod parked;
 mod pinning;
 mod procs;
@@ -57,7 +60,7 @@ const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const _: () = {
     let mut i = 0;
     while i < CONCURRENCY.len() {
-        assert!(CONCURRENCY[i] <= throughput::SEM_PERMITS);
+        assert!(CONCURRENCY[i] <= ops::SEM_PERMITS);
         i += 1;
     }
 };
@@ -205,7 +208,7 @@ fn run(
     settings: &Settings,
     placement: &Placement,
     notes: Vec<String>,
-) -> Result<report::Report, String> {
+) -> Result<measured::Report, String> {
     let cpu = placement.server_cpu;
     let (redis, redis_url) = procs::start_redis(cpu)?;
     let mut redlock_nodes = Vec::new();
@@ -252,7 +255,7 @@ async fn phases(
     placement: &Placement,
     children: &Children,
     mut notes: Vec<String>,
-) -> Result<report::Report, String> {
+) -> Result<measured::Report, String> {
     let admin = Redis::connect(&children.redis_url).await?;
     let version = admin.field("server", "redis_version").await?;
     notes.push(settings.describe(&version));
@@ -320,7 +323,7 @@ async fn phases(
         .chain(alongside.iter().flat_map(|r| r.errors.clone()))
         .chain(rate_errors)
         .collect();
-    Ok(report::Report {
+    Ok(measured::Report {
         notes,
         throughput,
         handoff,

@@ -16,10 +16,11 @@ use hyper::body::Bytes;
 use hyper::{Method, StatusCode};
 
 use crate::client::Conn;
-use crate::goals::{Goal, Target};
-use crate::report::{Line, Section, fig};
+use crate::measured::{Goal, Line, Section, Target};
+use crate::ops::Op;
+use crate::stats::fig;
 use crate::stats::median;
-use crate::throughput::{Lazy, Op, Targets, Timing, drive};
+use crate::throughput::{Lazy, Targets, Timing, drive};
 
 const C: usize = 64;
 /// The fast limiter: far above what one core serves.

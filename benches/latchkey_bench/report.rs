@@ -5,58 +5,14 @@
 //! column), and the plain lock's and the semaphore's against the
 //! Redisson-style scripts; their shares of the plain-lock rate, Redis costs
 //! and c=64 latencies are in footnotes. A phase added later brings its
-//! rows, goals and footnotes as a [`Section`].
+//! rows, goals and footnotes as a [`Section`](crate::measured::Section).
 
 use crate::floors::{Floor, Redisson};
-use crate::throughput::{Kind, Primitive, own};
+use crate::measured::Report;
+use crate::ops::{self, Primitive};
+use crate::stats::fig;
+use crate::throughput::{Kind, bound_us, own};
 use crate::{alongside, fanout, goals, handoff, parked, throughput};
-
-/// Everything measured.
-pub struct Report {
-    /// One line each, printed above the table.
-    pub notes: Vec<String>,
-    pub throughput: Vec<throughput::Row>,
-    pub handoff: Vec<handoff::Row>,
-    pub fanout: fanout::Row,
-    pub parked: Vec<parked::Row>,
-    /// Kinds measured next to plain locks.
-    pub alongside: Vec<alongside::Row>,
-    /// What later phases add (rows, goals, footnotes).
-    pub sections: Vec<Section>,
-    /// Labels of the CPU figures of the throughput rows.
-    pub cpu_labels: Vec<String>,
-    pub errors: Vec<String>,
-}
-
-/// What one phase adds to the report: rows of the main table (after the
-/// others), goals, footnotes. Its errors go to [`Report::errors`].
-#[derive(Debug, Default)]
-pub struct Section {
-    pub rows: Vec<Line>,
-    pub goals: Vec<goals::Goal>,
-    pub notes: Vec<String>,
-}
-
-/// A row of the main table.
-#[derive(Debug, Clone)]
-pub struct Line {
-    pub measure: String,
-    pub latchkey: f64,
-    /// The direct column (NaN: none).
-    pub direct: f64,
-    /// The bare column (NaN: none).
-    pub bare: f64,
-    pub decimals: usize,
-}
-
-/// A figure with `decimals` digits, "—" when there is none.
-pub fn fig(value: f64, decimals: usize) -> String {
-    if value.is_finite() {
-        format!("{value:.decimals$}")
-    } else {
-        "—".to_string()
-    }
-}
 
 /// One table row: measure | latchkey | direct | bare | ÷ direct | ÷ bare.
 fn row(measure: &str, latchkey: f64, direct: f64, bare: f64, decimals: usize) {
@@ -80,7 +36,7 @@ fn pairs_label(p: Primitive, c: usize) -> String {
         Primitive::Semaphore => format!(
             "semaphore acquire+release pairs/s, c={c}, all on one semaphore of {} permits \
              (direct: its own scripts, all on one such semaphore; bare: pairs of GETs)",
-            throughput::SEM_PERMITS
+            ops::SEM_PERMITS
         ),
         p => format!(
             "{} acquire+release pairs/s, c={c} (bare: pairs of GETs)",
@@ -171,11 +127,6 @@ fn throughput_rows(rows: &[throughput::Row]) {
     }
 }
 
-/// The acquire's bound at c=1: one bare round trip plus one script call.
-pub fn bound_us(r: &throughput::Row) -> f64 {
-    r.of(Kind::Bare).acquire_p50_us() + r.of(own(Primitive::Lock)).acquire_p50_us()
-}
-
 /// The label of a row against a Redisson-style floor.
 fn redisson_label(r: Redisson, c: usize) -> String {
     match r {
@@ -187,7 +138,7 @@ fn redisson_label(r: Redisson, c: usize) -> String {
             "semaphore acquire+release pairs/s, c={c} vs Redisson-style permit-expirable \
              semaphore scripts (direct: those scripts pipelined on one connection, one \
              semaphore of {} permits; bare: pairs of GETs)",
-            throughput::SEM_PERMITS
+            ops::SEM_PERMITS
         ),
     }
 }
@@ -353,7 +304,7 @@ fn primitive_footnotes(rows: &[throughput::Row]) {
             Primitive::Semaphore => format!(
                 "semaphore pairs (every worker on ONE semaphore of {} permits, one permit \
                  each: nothing waits, all contend on its keys)",
-                throughput::SEM_PERMITS
+                ops::SEM_PERMITS
             ),
             Primitive::ReadLock => {
                 "read-lock pairs (`/rwlocks/{name}/read/acquire`, then release)".to_string()
@@ -401,7 +352,7 @@ fn redisson_footnote(rows: &[throughput::Row]) {
          semaphore scripts: {}; Redis µs per EVALSHA: {}.",
         each_c(rows, |r| r.per_s(lock) / r.per_s(own(Primitive::Lock))),
         each_c(rows, |r| r.of(lock).redis_us),
-        throughput::SEM_PERMITS,
+        ops::SEM_PERMITS,
         each_c(rows, |r| r.per_s(sem) / r.per_s(own(Primitive::Semaphore))),
         each_c(rows, |r| r.of(sem).redis_us),
     );

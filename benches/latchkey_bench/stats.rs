@@ -1,4 +1,4 @@
-//! Medians and percentiles.
+//! Medians, percentiles, and how a figure is printed.
 
 use std::time::Duration;
 
@@ -31,4 +31,13 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
 pub fn percentile_us(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort_unstable();
     percentile(samples, p).map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+}
+
+/// A figure with `decimals` digits, "—" when there is none.
+pub fn fig(value: f64, decimals: usize) -> String {
+    if value.is_finite() {
+        format!("{value:.decimals$}")
+    } else {
+        "—".to_string()
+    }
 }

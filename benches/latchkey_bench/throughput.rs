@@ -46,13 +46,10 @@ use tokio::task::JoinSet;
 use crate::client::{self, Conn, LEASE_MS};
 use crate::cpu::Watch;
 use crate::floors::Floor;
+use crate::ops::{Op, Primitive, SEM_PERMITS};
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile_us};
 use crate::tasks::join_all;
-
-/// Permits of the semaphore kind's one semaphore: as many as the most
-/// workers, so that none of them ever waits.
-pub const SEM_PERMITS: usize = 64;
 
 /// Workers must stop within this after a round ends.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
@@ -62,11 +59,6 @@ const STOP_DEADLINE: Duration = Duration::from_secs(30);
 pub struct Timing {
     pub warm_up: Duration,
     pub measure: Duration,
-}
-
-/// One operation of a worker; returns the latency of each of its steps.
-pub trait Op: Send + 'static {
-    fn run(&mut self) -> impl Future<Output = Result<Vec<Duration>, String>> + Send;
 }
 
 /// What one round of one kind measured.
@@ -201,35 +193,7 @@ impl Op for Get {
     }
 }
 
-/// A primitive measured over HTTP (and, as a floor, by its own scripts).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Primitive {
-    Lock,
-    ReadLock,
-    Semaphore,
-    FairLock,
-}
-
 impl Primitive {
-    /// Every primitive, in the order its rounds run.
-    pub const ALL: [Primitive; 4] = [
-        Primitive::Lock,
-        Primitive::ReadLock,
-        Primitive::Semaphore,
-        Primitive::FairLock,
-    ];
-
-    /// Its short name (columns, errors, CPU notes); plain locks keep the
-    /// name of earlier runs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Primitive::Lock => "latchkey",
-            Primitive::ReadLock => "read-lock",
-            Primitive::Semaphore => "semaphore",
-            Primitive::FairLock => "fair-lock",
-        }
-    }
-
     /// Route prefix and acquire path of its pairs.
     fn route(self) -> (&'static str, &'static str) {
         match self {
@@ -277,6 +241,11 @@ impl Kind {
 /// The floor of a primitive: its own scripts called directly.
 pub const fn own(p: Primitive) -> Kind {
     Kind::Floor(Floor::Own(p))
+}
+
+/// The acquire's bound at c=1: one bare round trip plus one script call.
+pub fn bound_us(r: &Row) -> f64 {
+    r.of(Kind::Bare).acquire_p50_us() + r.of(own(Primitive::Lock)).acquire_p50_us()
 }
 
 /// Everything a throughput round needs.

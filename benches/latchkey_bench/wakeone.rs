@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::floors::{self, Floor, Scripts};
-use crate::handoff::{Event, Shared};
-use crate::throughput::Primitive;
+use crate::handofflog::{Event, Shared};
+use crate::ops::Primitive;
 
 /// How long a waiter waits for a wake before it looks by itself.
 pub const RECHECK: Duration = Duration::from_secs(2);

@@ -18,11 +18,9 @@ export {
   Latch,
   Semaphore,
   withHold,
-  type AcquireOptions,
   type CountDownOptions,
   type HoldState,
   type LatchCount,
-  type LatchkeyOptions,
   type LatchState,
   type LockKind,
   type LockState,
@@ -31,8 +29,8 @@ export {
   type RwLockState,
   type SemaphoreAcquireOptions,
   type SemaphoreState,
-  type WaitingEvent,
 } from "./client.js";
+export { type AcquireOptions, type LatchkeyOptions, type WaitingEvent } from "./core.js";
 export { BaseHold, Hold, Lease, MultiHold, type HoldKind, type LockToken, type NodeCount } from "./hold.js";
 export {
   RateLimiter,

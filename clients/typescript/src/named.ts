@@ -1,6 +1,6 @@
 /** What semaphores, latches and rate limiters share: a name under a route, and its deletion. */
 
-import type { Core } from "./client.js";
+import type { Core } from "./core.js";
 
 /** @internal An object of the service at `{prefix}/{name}`. */
 export abstract class Named {

@@ -7,7 +7,7 @@
 
 import { isRetryable, LatchkeyError, NetworkError, RateLimitedError } from "./errors.js";
 import { checkWait, now, sleep, throwIfAborted } from "./http.js";
-import type { Core } from "./client.js";
+import type { Core } from "./core.js";
 import { Named } from "./named.js";
 
 /** `PUT /rate-limiters/{name}`: at most `rate` permits per `perMs`, at most `burst` (default `rate`) at once. */
