@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "latchkey"
 DASHBOARD = CHART / "dashboards" / "latchkey.json"
 VALUE_SETS = Path(__file__).resolve().parent / "values"
-READMES = [ROOT / "README.md", CHART / "README.md"]
+# The book's chapters that show `helm install` commands, and the chart's README.
+READMES = [ROOT / "docs/src/deploying.md", ROOT / "docs/src/production.md", CHART / "README.md"]
 
 # The newest Kubernetes kubernetes-validate knows; the chart's floor comes
 # from Chart.yaml's kubeVersion.
@@ -713,7 +714,7 @@ def readme_installs() -> list[tuple[str, dict[str, Any], str]]:
     found = []
     for readme in READMES:
         text = readme.read_text()
-        for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for block in re.findall(r"```sh(?:,norun)?\n(.*?)```", text, re.S):
             joined = re.sub(r"\\\n\s*", " ", block)
             for line in joined.splitlines():
                 line = line.split(" #", 1)[0].strip()
