@@ -5,7 +5,8 @@ compares what it prints with what the book shows next to it.
 The block convention (the book's "What CI checks" chapter says it too):
 
 * A ```console block is a shell session: a line starting with `$ ` is a
-  command (a line ending in `\\` continues it on the next line), and the
+  command (a line ending in `\\`, or inside a quoted string, continues it
+  on the next line), and the
   lines after it, up to the next `$ ` line, are what it prints (stdout and
   stderr together). A command that exits non-zero must say so with a last
   output line `[exit N]`.
@@ -40,6 +41,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -332,6 +334,15 @@ class Shell:
                 self.proc.kill()
 
 
+def open_quote(command: str) -> bool:
+    """Whether a quoted string of command goes on to the next line."""
+    try:
+        shlex.split(command)
+    except ValueError:
+        return True
+    return False
+
+
 def console_steps(block: Block) -> list[tuple[int, str, str]]:
     """(line, command, expected output) of each `$ ` command of a console block."""
     steps: list[tuple[int, str, str]] = []
@@ -343,7 +354,7 @@ def console_steps(block: Block) -> list[tuple[int, str, str]]:
             raise SystemExit(f"{block.path}:{block.line + 1 + i}: output before any `$ ` command")
         start = i
         cmd = [line[2:]]
-        while cmd[-1].endswith("\\") and i + 1 < len(lines):
+        while (cmd[-1].endswith("\\") or open_quote("\n".join(cmd))) and i + 1 < len(lines):
             i += 1
             cmd.append(lines[i])
         i += 1
