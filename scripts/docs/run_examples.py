@@ -28,6 +28,9 @@ The block convention (the book's "What CI checks" chapter says it too):
   array lengths, the same strings, booleans and numbers, except that
   - the numbers of fields that are times measured now (`VARYING` below:
     `expires_in_ms`, `ttl_ms`, `retry_after_ms`, ...) match any number,
+  - a value written as a bare `...` matches any number (the book writes
+    it where a number depends on timing, e.g. a lease cut to a session's
+    remaining TTL),
   - a string written as "..." matches any string, and a 32-hex-digit string
     (a generated holder id, a session id) matches any other one,
   - in a line that is not JSON, `...` matches any text.
@@ -130,12 +133,18 @@ def parse_chapter(path: Path) -> Chapter:
 # ---------------------------------------------------------------- comparing
 
 
-def json_values(text: str):
-    """The JSON values of text, one after another, or None if it is not all JSON."""
+ANY_NUMBER = "\u0000any number"
+
+
+def json_values(text: str, book: bool = False):
+    """The JSON values of text, one after another, or None if it is not all JSON.
+    In the book's text (book=True) a bare `...` value stands for any number."""
     dec = json.JSONDecoder()
     values = []
     pos = 0
     text = text.strip()
+    if book:
+        text = re.sub(r'(?<=:)\.\.\.(?=[,}\]])', lambda _: json.dumps(ANY_NUMBER), text)
     while pos < len(text):
         while pos < len(text) and text[pos].isspace():
             pos += 1
@@ -173,6 +182,10 @@ def match_json(want, got, where: str, key: str | None = None) -> list[str]:
         for n, (w, g) in enumerate(zip(want, got)):
             errors += match_json(w, g, f"{where}[{n}]", key)
         return errors
+    if want == ANY_NUMBER:
+        if isinstance(got, (int, float)) and not isinstance(got, bool):
+            return []
+        return [f"{where}: expected a number, got {json.dumps(got)}"]
     if isinstance(want, str):
         if want == "..." and isinstance(got, str):
             return []
@@ -203,7 +216,7 @@ def compare(want: str, got: str) -> list[str]:
     got = got.rstrip("\n")
     if want.strip() == "" and got.strip() == "":
         return []
-    wv = json_values(want)
+    wv = json_values(want, book=True)
     if wv is not None:
         gv = json_values(got)
         if gv is None:
@@ -221,11 +234,11 @@ def compare(want: str, got: str) -> list[str]:
         return [f"expected {len(wl)} line(s), got {len(gl)}:\n{got}"]
     for n, (w, g) in enumerate(zip(wl, gl)):
         if w.startswith("data: ") and g.startswith("data: "):
-            wj, gj = json_values(w[6:]), json_values(g[6:])
+            wj, gj = json_values(w[6:], book=True), json_values(g[6:])
             if wj is not None and gj is not None:
                 errors += match_json(wj[0], gj[0], f"line {n + 1} data")
                 continue
-        wj, gj = json_values(w), json_values(g)
+        wj, gj = json_values(w, book=True), json_values(g)
         if wj is not None and gj is not None and len(wj) == len(gj) == 1:
             errors += match_json(wj[0], gj[0], f"line {n + 1}")
             continue
