@@ -438,10 +438,11 @@ def main() -> int:
                 if block.lang == "console":
                     steps = console_steps(block)
                 elif block.lang in ("sh", "bash"):
-                    raise SystemExit(
+                    failures.append(
                         f"{rel}:{block.line}: a ```{block.lang} block: write it as ```console "
                         "(`$ ` commands and their output) or mark it ```sh,norun"
                     )
+                    continue
                 else:
                     steps = [(block.line, None, block.output or "")]
                 for line, cmd, want in steps:
