@@ -498,7 +498,7 @@ def run_program(block: Block, env: dict[str, str], cdir: Path, args, url: str) -
             raise SystemExit("a Python example and no --python")
         prog = cdir / f"example_{block.line}.py"
         prog.write_text(block.text)
-        cmd = [args.python, str(prog)]
+        cmd = [str(Path(args.python).absolute()), str(prog)]
     else:
         if not args.node_client:
             raise SystemExit("a TypeScript example and no --node-client")
