@@ -8,7 +8,7 @@
 # "What CI checks" chapter). Python examples run with clients/python
 # installed in a virtual environment, TypeScript ones with the built
 # clients/typescript in Node. Extra arguments are chapter files to run
-# (default: all of them).
+# (default: README.md and all of them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -34,7 +34,7 @@ if [ ! -f "$reference" ]; then
 fi
 
 "$mdbook" build docs --dest-dir "$PWD/${CARGO_TARGET_DIR:-target}/book"
-python3 scripts/docs/check_links.py "$target_dir/book" docs/src
+python3 scripts/docs/check_links.py "$target_dir/book" docs/src README.md
 
 # The Python client, installed as users get it (as clients/python/run-tests.sh does).
 venv=$target_dir/docs-venv

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Fails on a broken link in the book: usage check_links.py BUILT_DIR SRC_DIR.
+"""Fails on a broken link in the book: usage check_links.py BUILT_DIR SRC_DIR
+[MORE.md ...] (files outside the book whose links are checked too, e.g. the
+README, which links into the book's chapters).
 
 Every Markdown link of every chapter (outside code) is checked: a link to
 another chapter (`locks.md`) must name a chapter of SUMMARY.md, an anchor
@@ -49,10 +51,14 @@ def main() -> int:
         return ids[chapter]
 
     count = 0
-    for md in sorted(src.rglob("*.md")):
-        rel = md.relative_to(src).as_posix()
-        if rel != "SUMMARY.md" and not rel.startswith("reference/") and rel not in chapters:
-            errors.append(f"{md}: not in SUMMARY.md")
+    extra = [Path(p) for p in sys.argv[3:]]
+    for md in sorted(src.rglob("*.md")) + extra:
+        if md in extra:
+            rel = ""
+        else:
+            rel = md.relative_to(src).as_posix()
+            if rel != "SUMMARY.md" and not rel.startswith("reference/") and rel not in chapters:
+                errors.append(f"{md}: not in SUMMARY.md")
         for n, line in prose(md.read_text()):
             for target in LINK.findall(line):
                 if re.match(r"^[a-z]+:", target) or target.startswith("<"):
@@ -61,10 +67,12 @@ def main() -> int:
                 path, _, anchor = target.partition("#")
                 where = f"{md}:{n}: {target}"
                 if path == "":
+                    if not rel:
+                        continue  # an anchor of a file outside the book (the README)
                     chapter = rel
                 elif path.endswith(".md") and (md.parent / path).resolve().is_relative_to(src.resolve()):
                     chapter = (md.parent / path).resolve().relative_to(src.resolve()).as_posix()
-                    if chapter not in chapters:
+                    if chapter not in chapters and chapter != "SUMMARY.md":
                         errors.append(f"{where}: no such chapter in SUMMARY.md")
                         continue
                 else:

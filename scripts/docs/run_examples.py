@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Runs every example of the book (docs/src/*.md) against a real latchkey and
-compares what it prints with what the book shows next to it.
+"""Runs every example of the book (docs/src/*.md) and of the README against a
+real latchkey and compares what it prints with what they show next to it.
 
 The block convention (the book's "What CI checks" chapter says it too):
 
@@ -394,11 +394,11 @@ def main() -> int:
     ap.add_argument("--node-client", help="the built TypeScript client's directory (clients/typescript)")
     ap.add_argument("--work", default=str(ROOT / "target/docs-examples"))
     ap.add_argument("--timeout", type=float, default=60)
-    ap.add_argument("chapters", nargs="*", help="chapter files (default: every docs/src/*.md)")
+    ap.add_argument("chapters", nargs="*", help="chapter files (default: README.md and every docs/src/*.md)")
     args = ap.parse_args()
 
     src = ROOT / "docs/src"
-    paths = [Path(p).resolve() for p in args.chapters] or sorted(src.glob("*.md"))
+    paths = [Path(p).resolve() for p in args.chapters] or [ROOT / "README.md", *sorted(src.glob("*.md"))]
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
