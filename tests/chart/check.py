@@ -2,7 +2,7 @@
 
 Run by scripts/check-chart.sh in the CI tools' environment. Helm's own Go
 code (helm-python-sdk) lints and renders the chart for every value set in
-tests/chart/values/ and every `helm install` example of the READMEs; each
+tests/chart/values/ and every `helm install` example of the book and the chart's README; each
 rendered manifest must pass kubernetes-validate's strict schemas, and the
 invariants below must hold for each render. Value sets that the chart must
 refuse are rendered too, and must fail. Each invariant is also run once on a
@@ -710,7 +710,7 @@ class Report:
 
 
 def readme_installs() -> list[tuple[str, dict[str, Any], str]]:
-    """Every `helm install` command of the READMEs: (where, values, release)."""
+    """Every `helm install` command of READMES: (where, values, release)."""
     found = []
     for readme in READMES:
         text = readme.read_text()
