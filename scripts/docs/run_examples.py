@@ -399,10 +399,10 @@ def main() -> int:
 
     src = ROOT / "docs/src"
     paths = [Path(p).resolve() for p in args.chapters] or [ROOT / "README.md", *sorted(src.glob("*.md"))]
-    work = Path(args.work)
+    work = Path(args.work).absolute()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    binary = Path(args.binary)
+    binary = Path(args.binary).absolute()
     bindir = str(binary.parent)
 
     ran: dict[str, int] = {}
