@@ -5,13 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mdbook=$(scripts/ensure-mdbook.sh)
-reference=docs/src/reference/settings.md
-if [ ! -f "$reference" ]; then
-  mkdir -p "$(dirname "$reference")"
-  cargo build --locked --quiet --bin latchkey
-  "${CARGO_TARGET_DIR:-target}/debug/latchkey" --print-config-reference >"$reference"
-fi
-"$mdbook" build docs --dest-dir "$PWD/${CARGO_TARGET_DIR:-target}/book"
+cargo build --locked --quiet --bin latchkey
+scripts/docs/settings-reference.sh "${CARGO_TARGET_DIR:-target}/debug/latchkey"
+# mdBook takes a relative --dest-dir from the book's root: give it an absolute one.
+book=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/book
+"$mdbook" build docs --dest-dir "$book"
 port=${1:-3000}
 echo "the book: http://localhost:$port/"
-exec python3 -m http.server "$port" --bind 127.0.0.1 --directory "${CARGO_TARGET_DIR:-target}/book"
+exec python3 -m http.server "$port" --bind 127.0.0.1 --directory "$book"
