@@ -55,7 +55,7 @@ COPY openapi/ ./openapi/
 # its weight) but keeps its symbols, so a panic's backtrace still names
 # the functions. The debug info goes to latchkey.debug, which the binary
 # names in its .gnu_debuglink and matches by its GNU build ID; the
-# "debuginfo" stage below exports it (README "Deploying").
+# "debuginfo" stage below exports it (docs/src/deploying.md).
 RUN cargo build --release --locked --bin latchkey \
     && objcopy --only-keep-debug target/release/latchkey latchkey.debug \
     && objcopy --strip-debug --add-gnu-debuglink=latchkey.debug \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the container image from the Dockerfile and runs it as a pod
-# would (README "What CI checks"). There is no Docker engine and no image
+# would (docs/src/ci.md, "What CI checks"). There is no Docker engine and no image
 # registry here, so:
 #
 #  1. The two base images the Dockerfile names are made locally: the
@@ -561,7 +561,7 @@ ok "served with the root file system read-only; nothing written in /tmp either${
 
 # SIGTERM with a long-poll open: the poll ends 503 shutting-down and the
 # process exits, within the grace.
-grace_ms=10000 # LATCHKEY_SHUTDOWN_GRACE_MS's default (README "Configuration")
+grace_ms=10000 # LATCHKEY_SHUTDOWN_GRACE_MS's default (docs/src/configuration.md)
 for e in "${image_env[@]}"; do
   case $e in LATCHKEY_SHUTDOWN_GRACE_MS=*) grace_ms=${e#*=} ;; esac
 done

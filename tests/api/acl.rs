@@ -1,6 +1,6 @@
 //! latchkey as a Redis ACL user with exactly the minimum ACL that the
-//! README's "Redis over TLS and with ACL users" documents: the users are
-//! made from the README's own `ACL SETUSER` lines, every primitive is
+//! book's "Redis over TLS and with ACL users" (docs/src/tls-acl.md)
+//! documents: the users are made from the book's own `ACL SETUSER` lines, every primitive is
 //! driven through them (waits and wake-ups included), and Redis's
 //! `ACL LOG` must then show no refusal but the optional `CONFIG GET`. A
 //! command the documented ACL lacks fails these tests.
@@ -15,16 +15,16 @@ use serde_json::json;
 
 use crate::helpers::*;
 
-const README: &str = include_str!("../../README.md");
+const DOC: &str = include_str!("../../docs/src/tls-acl.md");
 
-/// The rules of the README's `ACL SETUSER` line under the comment that
+/// The rules of the book's `ACL SETUSER` line under the comment that
 /// starts with `# {comment}`.
 fn documented(comment: &str) -> Vec<String> {
     let heading = format!("# {comment}");
-    let mut lines = README.lines().skip_while(|l| !l.starts_with(&heading));
+    let mut lines = DOC.lines().skip_while(|l| !l.starts_with(&heading));
     lines
         .next()
-        .unwrap_or_else(|| panic!("the README has no ACL comment {heading:?}"));
+        .unwrap_or_else(|| panic!("docs/src/tls-acl.md has no ACL comment {heading:?}"));
     let line = lines.next().unwrap_or_default();
     let rules = line
         .strip_prefix("ACL SETUSER ")
@@ -114,7 +114,7 @@ fn the_documented_acl_has_every_command_the_scripts_call() {
             let rule = format!("+{}", command.to_lowercase());
             assert!(
                 allowed.contains(&rule),
-                "{} calls {command}: {rule} is missing from the README's ACL",
+                "{} calls {command}: {rule} is missing from the book's ACL",
                 script.name()
             );
         }

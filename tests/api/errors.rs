@@ -1,4 +1,4 @@
-//! Every bad input gets the right 4xx problem+json (README: "Errors").
+//! Every bad input gets the right 4xx problem+json (docs/src/errors.md).
 
 use serde_json::json;
 

@@ -302,7 +302,7 @@ async fn cors_allows_api_keys_and_allows_and_exposes_idempotency_keys() {
         .unwrap()
         .to_ascii_lowercase();
     assert!(allowed.contains("idempotency-key"), "{allowed}");
-    // Browser clients send their API key (README "API keys and namespaces").
+    // Browser clients send their API key (docs/src/api-keys.md).
     assert!(allowed.contains("authorization"), "{allowed}");
     let response = app
         .client
@@ -347,7 +347,7 @@ async fn requests_after_a_redis_restart_do_not_meet_dead_connections() {
 }
 
 /// The slack a request that never waits may take beyond the Redis
-/// response timeout while Redis stalls (README: "Errors"): scheduling and
+/// response timeout while Redis stalls (docs/src/errors.md): scheduling and
 /// the HTTP round trip, on a busy test machine.
 const STALL_SLACK: Duration = Duration::from_millis(300);
 

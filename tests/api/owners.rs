@@ -1,6 +1,6 @@
 //! Who holds it: owner labels in state reads (`holds`), in refusals
 //! (`held_by` in 409s and SSE `waiting` events), and `queued` — for locks,
-//! fair locks, multi-locks, RedLock and sessions (README: "Who holds it").
+//! fair locks, multi-locks, RedLock and sessions (docs/src/who-holds-it.md).
 //! No state read or refusal ever shows a holder id or a session id.
 
 use std::time::Duration;
@@ -434,7 +434,7 @@ async fn a_reentry_in_a_session_that_sends_no_owner_keeps_the_holds_own_label() 
         json!({"holder": "secret-holder-1", "session": session, "owner": "step 2"}),
     )
     .await;
-    // A re-entry that sends none keeps the label (README: "Who holds it").
+    // A re-entry that sends none keeps the label (docs/src/who-holds-it.md).
     let again = app
         .must_acquire(
             "y",

@@ -3,7 +3,7 @@
 //! long-poll keeps one for the grace, a waiter leaves at once with a
 //! DELETE, hints say when a retry can succeed, a long-poll's last answer
 //! states its position as of then, and every wait mode looks once more at
-//! its deadline (README: "Tries, long-polls and leaving", "A last look at
+//! its deadline (the book: "Tries, long-polls and leaving", "A last look at
 //! the deadline").
 
 use std::time::{Duration, Instant};

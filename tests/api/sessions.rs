@@ -1475,7 +1475,7 @@ async fn a_hold_answers_only_its_own_session_and_its_newest_version() {
 /// Redis 200 ms slower each way, and a 1.5 s pause that starts after the
 /// session script ran, before the hold's renewal reaches Redis. The
 /// session ends 3 s after its renewal ran; its hold must not outlive it by
-/// the length of the stall (the README: "never outlives its session by
+/// the length of the stall (the book: "never outlives its session by
 /// more than a few ms"), as it does when the renewal, run after the stall,
 /// counts the session's full TTL from then.
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! Sharded pub/sub on Redis Cluster: scripts `SPUBLISH`, and each
 //! instance `SSUBSCRIBE`s exactly the channels its waiters wait on, on the
-//! shard that owns each channel's slot (README: "What the guarantees
+//! shard that owns each channel's slot (the book: "What the guarantees
 //! are"). Real clusters: three masters, and three masters with a replica
 //! each for a failover.
 

@@ -2,7 +2,7 @@
 
 Run by scripts/check-chart.sh in the CI tools' environment. Helm's own Go
 code (helm-python-sdk) lints and renders the chart for every value set in
-tests/chart/values/ and every `helm install` example of the READMEs; each
+tests/chart/values/ and every `helm install` example of the book and the chart's README; each
 rendered manifest must pass kubernetes-validate's strict schemas, and the
 invariants below must hold for each render. Value sets that the chart must
 refuse are rendered too, and must fail. Each invariant is also run once on a
@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "latchkey"
 DASHBOARD = CHART / "dashboards" / "latchkey.json"
 VALUE_SETS = Path(__file__).resolve().parent / "values"
-READMES = [ROOT / "README.md", CHART / "README.md"]
+# The book's chapters that show `helm install` commands, and the chart's README.
+READMES = [ROOT / "docs/src/deploying.md", ROOT / "docs/src/production.md", CHART / "README.md"]
 
 # The newest Kubernetes kubernetes-validate knows; the chart's floor comes
 # from Chart.yaml's kubeVersion.
@@ -709,11 +710,11 @@ class Report:
 
 
 def readme_installs() -> list[tuple[str, dict[str, Any], str]]:
-    """Every `helm install` command of the READMEs: (where, values, release)."""
+    """Every `helm install` command of READMES: (where, values, release)."""
     found = []
     for readme in READMES:
         text = readme.read_text()
-        for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for block in re.findall(r"```sh(?:,norun)?\n(.*?)```", text, re.S):
             joined = re.sub(r"\\\n\s*", " ", block)
             for line in joined.splitlines():
                 line = line.split(" #", 1)[0].strip()

@@ -1,4 +1,4 @@
-"""The READMEs' FastAPI examples, served by FastAPI's test client against the
+"""The FastAPI examples of the book and the README, served by FastAPI's test client against the
 real service."""
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def test_the_fastapi_example_exports_under_the_lock_and_answers_409_while_held(
         assert again.json()["fencing_token"] > body["fencing_token"]
 
 
-def test_the_repository_readme_shows_the_example_as_it_is_tested() -> None:
-    readme = (pathlib.Path(__file__).parents[3] / "README.md").read_text()
-    assert EXAMPLE.read_text().strip() in readme, "README.md embeds examples/fastapi_app.py"
+def test_the_book_shows_the_example_as_it_is_tested() -> None:
+    chapter = (pathlib.Path(__file__).parents[3] / "docs" / "src" / "client-tools.md").read_text()
+    assert EXAMPLE.read_text().strip() in chapter, "docs/src/client-tools.md embeds examples/fastapi_app.py"
 
 
 RATE_EXAMPLE = pathlib.Path(__file__).parent.parent / "examples" / "fastapi_rate_limit.py"

@@ -1,4 +1,4 @@
-// The README's edge-function example, run as a runtime would call it.
+// The book's edge-function example, run as a runtime would call it.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -30,7 +30,7 @@ test("the edge-function example charges under the lock, and says busy while anot
   }
 });
 
-/** Whether the README at `readme` (relative to the package) embeds `examples/<example>` verbatim. */
+/** Whether the Markdown file at `readme` (relative to the package) embeds `examples/<example>` verbatim. */
 async function embeds(readme: string, example: string): Promise<void> {
   const { readFileSync } = await import("node:fs");
   const code = readFileSync(new URL(`../../examples/${example}`, import.meta.url), "utf8");
@@ -38,7 +38,7 @@ async function embeds(readme: string, example: string): Promise<void> {
   assert.ok(text.includes(code.trim()), `${readme} embeds clients/typescript/examples/${example} verbatim`);
 }
 
-test("the repository's README shows the example as it is tested", () => embeds("../../README.md", "edge-function.ts"));
+test("the book shows the example as it is tested", () => embeds("../../docs/src/client-tools.md", "edge-function.ts"));
 
 function visit(ip: string): Promise<Response> {
   return limited.fetch(new Request("http://edge.example/", { headers: { "x-forwarded-for": `${ip}, 10.0.0.1` } }));
