@@ -19,8 +19,6 @@ mdbook=$(scripts/ensure-mdbook.sh)
 cargo build --locked --quiet --bin latchkey
 target_dir=${CARGO_TARGET_DIR:-target}
 
-# The settings reference the Configuration chapter includes.
-scripts/docs/settings-reference.sh "$target_dir/debug/latchkey"
 
 # mdBook takes a relative --dest-dir from the book's root: give it an absolute one.
 book=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/book

@@ -5,8 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mdbook=$(scripts/ensure-mdbook.sh)
-cargo build --locked --quiet --bin latchkey
-scripts/docs/settings-reference.sh "${CARGO_TARGET_DIR:-target}/debug/latchkey"
 # mdBook takes a relative --dest-dir from the book's root: give it an absolute one.
 book=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/book
 "$mdbook" build docs --dest-dir "$book"
