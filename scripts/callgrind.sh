@@ -15,7 +15,11 @@
 #                                            # (for callgrind_annotate) in DIR
 #
 # Instructions do not depend on the machine's load, so this is the
-# comparison of two builds that a shared, noisy machine cannot swamp.
+# comparison of two builds that a shared, noisy machine cannot swamp. The
+# service is pinned to one core (`taskset`), as the benchmark pins it, so
+# its runtime has one worker thread: with two, how the requests' tasks
+# spread over the threads changed from run to run, and with it the count
+# by up to 10 % for /healthz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=$(realpath "${1:-target/release/latchkey}")
@@ -25,6 +29,8 @@ many=1200
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
 scripts/ensure-redis.sh >/dev/null
 
+# The first core this script may use.
+cpu=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
 work=$(mktemp -d)
 redis_pid=
 service_pid=
@@ -88,7 +94,7 @@ run() {
         LATCHKEY_LISTEN="127.0.0.1:$port" \
         LATCHKEY_REDIS_URL="redis://127.0.0.1:$redis_port" \
         LATCHKEY_LOG="$level" \
-        valgrind "$@" "$binary" >"$work/$name.stdout" 2>"$work/$name.stderr" &
+        taskset -c "$cpu" valgrind "$@" "$binary" >"$work/$name.stdout" 2>"$work/$name.stderr" &
     service_pid=$!
     drive "$port" "$pairs" "$gets"
     kill -TERM "$service_pid"
