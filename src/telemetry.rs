@@ -13,6 +13,7 @@
 //! nothing pays only for copying its fields.
 
 use std::fmt;
+use std::ops::Range;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -51,10 +52,11 @@ where
         .with_writer(writer)
 }
 
-/// A field value as it was recorded, to be replayed to the JSON visitor.
+/// A field value as it was recorded, to be replayed to the JSON visitor;
+/// text values are ranges of [`Recorded::text`].
 enum Value {
-    Str(String),
-    Debug(String),
+    Str(Range<usize>),
+    Debug(Range<usize>),
     I64(i64),
     U64(u64),
     I128(i128),
@@ -63,35 +65,73 @@ enum Value {
     Bool(bool),
 }
 
-/// A span's fields, kept unformatted until a line needs them.
-#[derive(Default)]
-struct Recorded(Vec<(Field, Value)>);
+/// A span's fields, kept unformatted until a line needs them. The text of
+/// every string and `Debug` value goes into one buffer: a request's span
+/// costs two allocations, not one per field.
+struct Recorded {
+    fields: Vec<(Field, Value)>,
+    text: String,
+}
+
+impl Recorded {
+    /// Room for a span's declared fields and their usual text (a method,
+    /// a route template and a request id), so recording them allocates
+    /// once for each.
+    fn for_span(attrs: &Attributes<'_>) -> Self {
+        Recorded {
+            fields: Vec::with_capacity(attrs.metadata().fields().len()),
+            text: String::with_capacity(96),
+        }
+    }
+
+    fn push_text(&mut self, field: &Field, text: impl fmt::Display, debug: bool) {
+        use std::fmt::Write as _;
+        let start = self.text.len();
+        // Writing to a String cannot fail.
+        let _ = write!(self.text, "{text}");
+        let range = start..self.text.len();
+        let value = if debug {
+            Value::Debug(range)
+        } else {
+            Value::Str(range)
+        };
+        self.fields.push((field.clone(), value));
+    }
+}
+
+/// Shows a `Debug` value with `Display` (to write it into the buffer).
+struct AsDebug<'a>(&'a dyn fmt::Debug);
+
+impl fmt::Display for AsDebug<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.0, f)
+    }
+}
 
 impl Visit for Recorded {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.push((field.clone(), Value::Str(value.to_string())));
+        self.push_text(field, value, false);
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0
-            .push((field.clone(), Value::Debug(format!("{value:?}"))));
+        self.push_text(field, AsDebug(value), true);
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0.push((field.clone(), Value::I64(value)));
+        self.fields.push((field.clone(), Value::I64(value)));
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.push((field.clone(), Value::U64(value)));
+        self.fields.push((field.clone(), Value::U64(value)));
     }
     fn record_i128(&mut self, field: &Field, value: i128) {
-        self.0.push((field.clone(), Value::I128(value)));
+        self.fields.push((field.clone(), Value::I128(value)));
     }
     fn record_u128(&mut self, field: &Field, value: u128) {
-        self.0.push((field.clone(), Value::U128(value)));
+        self.fields.push((field.clone(), Value::U128(value)));
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.push((field.clone(), Value::F64(value)));
+        self.fields.push((field.clone(), Value::F64(value)));
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0.push((field.clone(), Value::Bool(value)));
+        self.fields.push((field.clone(), Value::Bool(value)));
     }
 }
 
@@ -111,10 +151,12 @@ impl Recorded {
         let mut fields = FormattedFields::<JsonFields>::new(String::new());
         let mut writer = fields.as_writer();
         let mut visitor = JsonVisitor::new(&mut writer);
-        for (field, value) in &self.0 {
+        for (field, value) in &self.fields {
             match value {
-                Value::Str(s) => visitor.record_str(field, s),
-                Value::Debug(s) => visitor.record_debug(field, &Verbatim(s)),
+                Value::Str(range) => visitor.record_str(field, &self.text[range.clone()]),
+                Value::Debug(range) => {
+                    visitor.record_debug(field, &Verbatim(&self.text[range.clone()]))
+                }
                 Value::I64(v) => visitor.record_i64(field, *v),
                 Value::U64(v) => visitor.record_u64(field, *v),
                 Value::I128(v) => visitor.record_i128(field, *v),
@@ -169,7 +211,7 @@ where
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
-        let mut recorded = Recorded::default();
+        let mut recorded = Recorded::for_span(attrs);
         attrs.record(&mut recorded);
         span.extensions_mut().insert(recorded);
     }

@@ -14,9 +14,22 @@
 //! its first read (its `latch_state` script count), so the count-down is
 //! what releases them. The first fan-out of every round is a warm-up
 //! (connections are opened there) and is not counted.
+//!
+//! Its reference, in the same rounds: the **Redis latch + pub/sub floor**,
+//! a latch done straight on Redis as a Redisson client does it. The same
+//! number of waiter tasks, spread over as many pub/sub connections as there
+//! are instances (one per client process), each connection subscribed to
+//! the latch's channel and waking all of its waiters on the message; the
+//! count-down is one script (`DECR`, and `PUBLISH` when it reaches 0) on a
+//! multiplexed connection. Its latency is measured from the count-down
+//! *sent* to the last waiter task woken (from the reply it is 0: every
+//! waiter is woken before the reply is read), and compared with the
+//! service's figure from the count-down sent.
 
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
 use reqwest::StatusCode;
 use tokio::task::JoinSet;
 
@@ -39,6 +52,9 @@ pub struct Row {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub p99_from_sent_ms: f64,
+    /// The Redis latch + pub/sub floor's p99 from the count-down sent
+    /// (same rounds).
+    pub floor_p99_ms: f64,
     /// Median over fan-outs.
     pub commands_per: f64,
     /// The most in any fan-out.
@@ -153,20 +169,92 @@ async fn fan_out(
     })
 }
 
+/// The count-down of the floor's latch: `KEYS[1]` its count, `KEYS[2]` its
+/// channel.
+const FLOOR_COUNT_DOWN: &str = "local left = redis.call('DECR', KEYS[1]) \
+    if left <= 0 then redis.call('PUBLISH', KEYS[2], 'open') end return left";
+
+/// One fan-out of the floor (see the module's doc) on the latch `name`:
+/// count-down sent → the last of `waiters` tasks woken.
+async fn floor_fan_out(
+    (url, conn): (&str, &MultiplexedConnection),
+    name: &str,
+    waiters: usize,
+    instances: usize,
+) -> Result<Duration, String> {
+    let client = redis::Client::open(url).map_err(|e| format!("redis URL {url}: {e}"))?;
+    let (mut conn, channel) = (conn.clone(), format!("{name}:open"));
+    let set: Result<(), _> = redis::cmd("SET")
+        .arg(name)
+        .arg(1)
+        .query_async(&mut conn)
+        .await;
+    set.map_err(|e| format!("SET {name}: {e}"))?;
+    let mut tasks = JoinSet::new();
+    for i in 0..instances {
+        let mut pubsub =
+            (client.get_async_pubsub().await).map_err(|e| format!("pub/sub connection: {e}"))?;
+        (pubsub.subscribe(&channel).await).map_err(|e| format!("SUBSCRIBE {channel}: {e}"))?;
+        let (open, opened) = tokio::sync::watch::channel(false);
+        for _ in 0..(waiters + instances - 1 - i) / instances {
+            let mut opened = opened.clone();
+            tasks.spawn(async move {
+                (opened.wait_for(|open| *open).await).map_err(|e| format!("waiter: {e}"))?;
+                Ok(Some(Instant::now()))
+            });
+        }
+        tasks.spawn(async move {
+            match pubsub.into_on_message().next().await {
+                Some(_) => open.send_replace(true),
+                None => return Err("the pub/sub connection closed".to_string()),
+            };
+            Ok(None)
+        });
+    }
+    let count_down = redis::Script::new(FLOOR_COUNT_DOWN);
+    let sent = Instant::now();
+    let left: i64 = count_down
+        .key(name)
+        .key(&channel)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| format!("floor count-down: {e}"))?;
+    if left != 0 {
+        tasks.abort_all();
+        return Err(format!("floor count-down left {left}, not 0"));
+    }
+    let mut errors = Vec::new();
+    let woken: Vec<Instant> = (join_all(&mut tasks, DEADLINE, &mut errors).await)
+        .into_iter()
+        .flatten()
+        .collect();
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    if woken.len() != waiters {
+        return Err(format!("{} of {waiters} floor waiters woken", woken.len()));
+    }
+    let last = woken.into_iter().max().unwrap_or(sent);
+    Ok(last.saturating_duration_since(sent))
+}
+
 fn ms(d: Option<Duration>) -> f64 {
     d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
-/// `rounds` rounds of `per_round` counted fan-outs (after one warm-up each).
+/// `rounds` rounds of `per_round` counted fan-outs (after one warm-up each),
+/// each round followed by as many of the floor's, straight on the Redis at
+/// `direct` (its URL and a connection to it).
 pub async fn measure(
     client: &reqwest::Client,
     bases: &[String],
-    admin: &Redis,
+    (admin, direct): (&Redis, (&str, &MultiplexedConnection)),
     waiters: usize,
     rounds: usize,
     per_round: usize,
 ) -> Row {
     let mut samples = Vec::new();
+    let mut floor = Vec::new();
     let mut errors = Vec::new();
     for round in 0..rounds {
         for i in 0..=per_round {
@@ -177,7 +265,16 @@ pub async fn measure(
                 Err(e) => errors.push(format!("latch fan-out {name}: {e}")),
             }
         }
+        for i in 0..=per_round {
+            let name = format!("bench-floor-latch-r{round}-{i}");
+            match floor_fan_out(direct, &name, waiters, bases.len()).await {
+                Ok(latency) if i > 0 => floor.push(latency),
+                Ok(_) => {}
+                Err(e) => errors.push(format!("floor latch fan-out {name}: {e}")),
+            }
+        }
     }
+    floor.sort_unstable();
     let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
     let mut from_sent: Vec<Duration> = samples.iter().map(|s| s.from_sent).collect();
     latencies.sort_unstable();
@@ -190,6 +287,7 @@ pub async fn measure(
         p50_ms: ms(percentile(&latencies, 50.0)),
         p99_ms: ms(percentile(&latencies, 99.0)),
         p99_from_sent_ms: ms(percentile(&from_sent, 99.0)),
+        floor_p99_ms: ms(percentile(&floor, 99.0)),
         commands_per: median(commands.clone()),
         commands_max: commands.into_iter().fold(f64::NAN, f64::max),
         errors,

@@ -125,7 +125,9 @@ impl Settings {
     fn describe(&self, redis_version: &str) -> String {
         format!(
             "redis-server {redis_version} (no persistence) and the release `latchkey` binary \
-             (default settings but log level info, max_waiters and max_wait_ms) on loopback; \
+             at its default settings (log level info; max_waiters and max_wait_ms raised for \
+             the parked runs only; one more instance at log level warn for the extra \
+             `/healthz` row) on loopback; \
              {} interleaved rounds per figure, medians; throughput rounds {:?} after {:?} \
              warm-up; handoff runs {:?}; {} latch fan-outs per round (after one warm-up); \
              {} parked requests on a fresh server per round{}",
@@ -194,6 +196,8 @@ struct Children {
     service: procs::Service,
     /// A second instance on the same core and Redis (latch fan-out).
     second: procs::Service,
+    /// An instance at `LATCHKEY_LOG=warn` (the extra `/healthz` row).
+    warn: procs::Service,
     bare: procs::Child,
     bare_url: String,
     /// The RedLock nodes the service uses (kept alive with it).
@@ -222,6 +226,9 @@ fn run(
     let nodes = ("LATCHKEY_REDLOCK_NODES", redlock_urls.join(","));
     let service = procs::start_service_with(cpu, &redis_url, None, std::slice::from_ref(&nodes))?;
     let second = procs::start_service_with(cpu, &redis_url, None, &[nodes])?;
+    // Its "latchkey listening" line (info) still names its address.
+    let warn_log = ("LATCHKEY_LOG", "warn,latchkey::app=info".to_string());
+    let warn = procs::start_service_with(cpu, &redis_url, None, &[warn_log])?;
     let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
     let baseline = match std::env::var_os(BASELINE) {
         Some(path) => Some(procs::start_build(
@@ -238,6 +245,7 @@ fn run(
         redis_url,
         service,
         second,
+        warn,
         bare,
         bare_url,
         redlock_nodes,
@@ -266,6 +274,7 @@ async fn phases(
     let client = client::build()?;
     let targets = throughput::Targets {
         latchkey: children.service.base.clone(),
+        warn: children.warn.base.clone(),
         baseline: children.baseline.as_ref().map(|b| b.base.clone()),
         bare: children.bare_url.clone(),
         direct: Redis::connect(&children.redis_url).await?.conn(),
@@ -302,7 +311,7 @@ async fn phases(
     let fanout = fanout::measure(
         &client,
         &bases,
-        &admin,
+        (&admin, (&children.redis_url, &setup.direct)),
         FANOUT_WAITERS,
         settings.rounds,
         settings.fanouts,

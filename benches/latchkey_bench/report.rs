@@ -74,6 +74,13 @@ fn throughput_rows(rows: &[throughput::Row]) {
             r.per_s(Kind::Bare),
             0,
         );
+        row(
+            "GET req/s, c=64: latchkey `/healthz` at `LATCHKEY_LOG=warn` (not the default) vs bare `/`",
+            r.per_s(Kind::HealthzWarn),
+            NONE,
+            r.per_s(Kind::Bare),
+            0,
+        );
     }
     for r in rows.iter().filter(|r| r.c == 1) {
         let (acquire, direct, bare) = (
@@ -212,6 +219,15 @@ fn fanout_rows(r: &fanout::Row) {
         &format!("latch fan-out p99 ms, {w} waiters on {n} instances"),
         r.p99_ms,
         NONE,
+        NONE,
+        2,
+    );
+    row(
+        &format!(
+            "latch fan-out p99 ms from the count-down sent, {w} waiters on {n} instances (direct: the Redis latch + pub/sub floor, from its count-down sent)"
+        ),
+        r.p99_from_sent_ms,
+        r.floor_p99_ms,
         NONE,
         2,
     );

@@ -216,6 +216,9 @@ pub enum Kind {
     Bare,
     /// `GET /healthz` on the service.
     Healthz,
+    /// `GET /healthz` on an instance at `LATCHKEY_LOG=warn` (no request
+    /// span): not the default, an extra row.
+    HealthzWarn,
 }
 
 impl Kind {
@@ -224,7 +227,7 @@ impl Kind {
     pub fn all() -> Vec<Kind> {
         (Primitive::ALL.map(Kind::Http).into_iter())
             .chain(Floor::all().map(Kind::Floor))
-            .chain([Kind::Bare, Kind::Healthz])
+            .chain([Kind::Bare, Kind::Healthz, Kind::HealthzWarn])
             .collect()
     }
 
@@ -234,6 +237,7 @@ impl Kind {
             Kind::Floor(f) => f.name(),
             Kind::Bare => "bare",
             Kind::Healthz => "healthz",
+            Kind::HealthzWarn => "healthz at warn",
         }
     }
 }
@@ -251,6 +255,8 @@ pub fn bound_us(r: &Row) -> f64 {
 /// Everything a throughput round needs.
 pub struct Targets {
     pub latchkey: String,
+    /// The same build at `LATCHKEY_LOG=warn` ([`Kind::HealthzWarn`]).
+    pub warn: String,
     /// Another build of the service, when one is compared (`LATCHKEY_BENCH_BASELINE`).
     pub baseline: Option<String>,
     pub bare: String,
@@ -454,6 +460,7 @@ impl Targets {
             Kind::Floor(f) => drive(f.pairs(&self.direct, c), timing, watch).await,
             Kind::Bare => drive(self.gets(&self.bare, "/", c), timing, watch).await,
             Kind::Healthz => drive(self.gets(&self.latchkey, "/healthz", c), timing, watch).await,
+            Kind::HealthzWarn => drive(self.gets(&self.warn, "/healthz", c), timing, watch).await,
         }
     }
 

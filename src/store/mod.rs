@@ -577,14 +577,34 @@ impl Store {
         args: &[impl AsRef<str> + Sync],
     ) -> Result<Value, redis::RedisError> {
         let started = Instant::now();
-        let mut invocation = script.redis(self.publish()).prepare_invoke();
+        let redis_script = script.redis(self.publish());
+        // The EVALSHA that redis-rs's `ScriptInvocation` sends, byte for
+        // byte, written straight into one command buffer: the invocation
+        // copies every key and argument into a `Vec` of its own first.
+        let len = keys.iter().map(|k| k.as_ref().len()).sum::<usize>()
+            + args.iter().map(|a| a.as_ref().len()).sum::<usize>();
+        let mut evalsha = redis::Cmd::with_capacity(3 + keys.len() + args.len(), 64 + len);
+        evalsha
+            .arg("EVALSHA")
+            .arg(redis_script.get_hash())
+            .arg(keys.len());
         for key in keys {
-            invocation.key(key.as_ref());
+            evalsha.arg(key.as_ref());
         }
         for arg in args {
-            invocation.arg(arg.as_ref());
+            evalsha.arg(arg.as_ref());
         }
-        let result = invocation.invoke_async(conn).await;
+        let mut result = evalsha.query_async(conn).await;
+        if let Err(e) = &result
+            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        {
+            // Not in Redis's script cache (a restart, `SCRIPT FLUSH`, a
+            // failover): load it and call it again, as redis-rs would.
+            result = match redis_script.load_async(conn).await {
+                Ok(_) => evalsha.query_async(conn).await,
+                Err(e) => Err(e),
+            };
+        }
         self.inner
             .metrics
             .script_duration

@@ -1,9 +1,9 @@
 //! The Lua scripts, built from the files under `scripts/` at build time.
 //!
 //! Each script is one atomic state change (or one consistent read). They
-//! are loaded into Redis at start and invoked by EVALSHA; the redis crate
+//! are loaded into Redis at start and invoked by EVALSHA; the store
 //! reloads a script and retries when Redis answers NOSCRIPT (after a
-//! restart or `SCRIPT FLUSH`).
+//! restart or `SCRIPT FLUSH`), as redis-rs's own invocation does.
 //!
 //! The files never name the publishing command: they call
 //! `redis.call(PUBLISH, channel, message)`, and each script is built twice,

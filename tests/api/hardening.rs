@@ -346,6 +346,28 @@ async fn requests_after_a_redis_restart_do_not_meet_dead_connections() {
     }
 }
 
+/// Scripts missing from Redis's script cache (`SCRIPT FLUSH`, as after a
+/// restart or a failover to a node that never loaded them) are loaded
+/// again by the call that finds them missing: the acquire and the release
+/// still answer as usual.
+#[tokio::test]
+async fn calls_after_script_flush_load_the_scripts_again() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("flushed", json!({"holder": "h"})).await;
+    let mut conn = redis_conn(&redis).await;
+    let flushed: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    let release = app.release("flushed", "h").await;
+    assert_eq!(release.status(), 200, "{:?}", release.text().await);
+    let granted = app.must_acquire("flushed", json!({"holder": "h2"})).await;
+    assert_eq!(granted["fencing_token"], 2, "{granted}");
+}
+
 /// The slack a request that never waits may take beyond the Redis
 /// response timeout while Redis stalls (docs/src/errors.md): scheduling and
 /// the HTTP round trip, on a busy test machine.
