@@ -24,5 +24,4 @@ pub mod semaphores;
 pub mod sessions;
 pub mod whoami;
 
-pub use openapi::openapi;
-pub use router::{Service, router};
+pub use router::{Service, openapi, router};
