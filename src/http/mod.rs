@@ -15,6 +15,7 @@ pub mod longpoll;
 pub mod middleware;
 pub mod multilocks;
 mod openapi;
+pub mod problems;
 pub mod ratelimiters;
 pub mod redlocks;
 pub(crate) mod responses;
