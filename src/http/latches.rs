@@ -16,13 +16,14 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::latches::{CountedDown, LatchState, Latches};
 use crate::coord::{Attempt, AttemptId, Blocked};
-use crate::error::{ApiError, Problem, ProblemType};
+use crate::error::{ApiError, Problem};
 use crate::http::access::{Admin, Scope};
 use crate::http::extract::{
     Amount, ApiJson, ApiPath, ApiQuery, Millis, idempotency_key, wait_from,
 };
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, NotGranted, Timing, Vocabulary};
+use crate::http::problems::latch_exists;
 use crate::http::responses::{BodyErrors, NameErrors, WaitErrors, examples};
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -191,18 +192,6 @@ impl Acquisition for LatchWait {
 }
 
 const SSE_EXAMPLE: &str = "event: count\ndata: {\"count\":2,\"open\":false}\n\nevent: count\ndata: {\"count\":1,\"open\":false}\n\nevent: open\ndata: {\"count\":0,\"open\":true}\n\n";
-
-/// 409 `latch-exists`: the latch is closed with `count`.
-pub fn latch_exists(count: u64) -> ApiError {
-    ApiError::new(
-        StatusCode::CONFLICT,
-        ProblemType::LatchExists,
-        format!(
-            "the latch is closed with count {count}; it can be set again once it opens (counted \
-             down to 0, deleted, or its ttl_ms passed)"
-        ),
-    )
-}
 
 /// Set a latch's count (close it).
 ///

@@ -7,8 +7,8 @@
 //! needs literal paths and concrete types).
 
 use axum::Json;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
@@ -23,6 +23,7 @@ use crate::http::extract::{
     wait_from,
 };
 use crate::http::longpoll::{Acquisition, Timing};
+use crate::http::problems::{self, lock_held};
 use crate::http::responses::{Counted, HoldView};
 use crate::http::sessions::{self, Held};
 use crate::state::AppState;
@@ -247,18 +248,6 @@ impl Checked {
     }
 }
 
-/// A 201 with the grant and `Location:` the hold's URL.
-/// The 201 response for a grant (with `Location`). The body is serialized
-/// from its typed form directly: going through a JSON `Value` first cost
-/// about a tenth of an acquire's instructions in the service.
-pub fn created(location: &str, grant: impl Serialize) -> Response {
-    let mut response = (StatusCode::CREATED, Json(grant)).into_response();
-    if let Ok(value) = HeaderValue::from_str(location) {
-        response.headers_mut().insert(header::LOCATION, value);
-    }
-    response
-}
-
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ReleaseQuery {
@@ -439,23 +428,6 @@ impl Held for LockAcquisition {
     }
 }
 
-/// What a "not acquired" answer of a queued primitive says about places.
-pub const QUEUED: &str = "A try (wait_ms 0) takes no place in the queue; a long-poll keeps its \
-    place for the queue grace after it ends, so poll again with the same holder within it";
-
-/// 409 `lock-held` of a lock of either kind: the hint, the owners of the
-/// holds that block (`held_by`), and on fair locks the waiter's position.
-pub fn lock_held(blocked: Blocked) -> ApiError {
-    let mut problem = ApiError::lock_held(blocked.retry_after_ms).with_held_by(blocked.held_by);
-    if let Some(position) = blocked.position {
-        problem.problem.detail = format!(
-            "the lock is held, or waiters are queued ahead: {position} ahead of this holder. {QUEUED}"
-        );
-        problem.problem.position = Some(position);
-    }
-    problem
-}
-
 /// `POST …/{name}/acquire`.
 pub async fn acquire(
     state: &AppState,
@@ -494,8 +466,7 @@ pub trait HoldApi: Sync {
     type Removed: Serialize;
 
     /// The detail of a 404 `not-held`.
-    const NOT_HELD: &'static str =
-        "this holder does not hold the lock (released, expired, or never acquired)";
+    const NOT_HELD: &'static str = problems::NOT_HELD;
 
     /// The detail of a release's 404 `not-held` (where waiters queue, the
     /// holder neither holds nor waits).

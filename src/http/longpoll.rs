@@ -27,6 +27,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
+use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -40,7 +41,6 @@ use tokio::time::Instant;
 use crate::coord::{Attempt, AttemptId, Blocked};
 use crate::error::ApiError;
 use crate::http::extract::wants_sse;
-use crate::http::lock_family::created;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -217,6 +217,17 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
             None => (StatusCode::CREATED, axum::Json(grant)).into_response(),
         }
     }
+}
+
+/// The 201 response for a grant (with `Location`). The body is serialized
+/// from its typed form directly: going through a JSON `Value` first cost
+/// about a tenth of an acquire's instructions in the service.
+pub fn created(location: &str, grant: impl Serialize) -> Response {
+    let mut response = (StatusCode::CREATED, Json(grant)).into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
 }
 
 /// When a request arrived and how long it may wait.

@@ -15,6 +15,7 @@ pub mod longpoll;
 pub mod middleware;
 pub mod multilocks;
 mod openapi;
+pub mod problems;
 pub mod ratelimiters;
 pub mod redlocks;
 pub(crate) mod responses;
@@ -24,5 +25,4 @@ pub mod semaphores;
 pub mod sessions;
 pub mod whoami;
 
-pub use openapi::openapi;
-pub use router::{Service, router};
+pub use router::{Service, openapi, router};

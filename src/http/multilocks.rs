@@ -22,6 +22,7 @@ use crate::http::access::Scope;
 use crate::http::extract::{ApiJson, Millis, Owner, check_holder, check_name, renewal_lease};
 use crate::http::lock_family::{AcquireRequest, Checked};
 use crate::http::longpoll::Acquisition;
+use crate::http::problems::set_held;
 use crate::http::responses::{AcquireErrors, NoSessionErrors, SetHoldErrors, examples};
 use crate::http::sessions::{self, Held};
 use crate::state::AppState;
@@ -302,21 +303,6 @@ impl Held for MultiAcquisition {
             .try_acquire_in(keys, holder, lease_ms, attempt, Some(session), &owner)
             .await
     }
-}
-
-/// 409 `lock-held` of a set: which of its locks are held by others, and
-/// the owner labels of their holds.
-pub fn set_held(
-    blocked_by: Vec<String>,
-    retry_after_ms: u64,
-    held_by: Vec<Option<String>>,
-) -> ApiError {
-    let mut problem = ApiError::lock_held(retry_after_ms).with_held_by(held_by);
-    problem.problem.detail =
-        "some locks of the set are held by other holders (see blocked_by); nothing was taken"
-            .into();
-    problem.problem.blocked_by = Some(blocked_by);
-    problem
 }
 
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"blocked_by\":[\"orders\"],\"held_by\":[\"web-7 pid 4242\"]}\n\nevent: acquired\ndata: {\"holder\":\"worker-1\",\"locks\":[{\"name\":\"orders\",\"fencing_token\":43,\"hold_count\":1},{\"name\":\"invoices\",\"fencing_token\":7,\"hold_count\":1}],\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000}\n\n";

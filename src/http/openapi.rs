@@ -1,5 +1,6 @@
-//! The OpenAPI document: generated from the route list in [`super::router`],
-//! plus the few adjustments utoipa cannot express.
+//! The OpenAPI document's own parts: its description ([`ApiDoc`]), which the
+//! route list in the router completes, and the few adjustments utoipa cannot
+//! express.
 
 use utoipa::OpenApi;
 
@@ -71,13 +72,6 @@ use crate::error::Problem;
     components(schemas(Problem)),
 )]
 pub(super) struct ApiDoc;
-
-/// The OpenAPI document at the default configuration, as committed in
-/// `openapi/openapi.json`; a server serves it with its own bounds
-/// ([`with_bounds`]).
-pub fn openapi() -> serde_json::Value {
-    polish(super::router::routes().split_for_parts().1)
-}
 
 /// The document with this server's configured bounds on every `wait_ms`
 /// (`0..=max_wait_ms`) and `lease_ms` (`min_lease_ms..=max_lease_ms`), body

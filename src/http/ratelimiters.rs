@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,7 @@ use crate::coord::ratelimiters::{
     Due, Limit, RateConfig, RateLimiters, RateState, Reservation, Taken, TakenAll,
 };
 use crate::coord::{Attempt, AttemptId, Blocked, Refusal};
-use crate::error::{ApiError, LimitRef, ProblemType};
+use crate::error::{ApiError, LimitRef};
 use crate::http::access::{Admin, Scope};
 use crate::http::extract::{
     Amount, ApiJson, ApiPath, ApiQuery, LimitKey, Millis, Owner, check_name, idempotency_key,
@@ -31,6 +31,7 @@ use crate::http::extract::{
 };
 use crate::http::lock_family::NamePath;
 use crate::http::longpoll::{self, Acquisition, Timing};
+use crate::http::problems::rate_limited;
 use crate::http::responses::{
     BodyErrors, ObjectErrors, RateAcquireErrors, RateLimitsErrors, RateReadErrors,
 };
@@ -216,20 +217,6 @@ pub struct RateGrant {
 #[schema(example = json!({"deleted": true}))]
 pub struct RateLimiterDeleted {
     pub deleted: bool,
-}
-
-/// 429 `rate-limited`: when the permits will be available, and how many
-/// are now.
-pub fn rate_limited(blocked: Blocked) -> ApiError {
-    let mut problem = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        ProblemType::RateLimited,
-        "not enough permits now; retry_after_ms says when they will be (an acquire with \
-         wait_ms at least that long reserves them and is answered then)",
-    )
-    .with_retry_after_ms(blocked.retry_after_ms);
-    problem.problem.available = blocked.available;
-    problem
 }
 
 fn no_such_limiter() -> ApiError {

@@ -26,6 +26,7 @@ use crate::http::lock_family::{
     AcquireRequest, Checked, Grant, HeartbeatRequest, HolderPath, NamePath,
 };
 use crate::http::longpoll::Acquisition;
+use crate::http::problems::held_on_quorum;
 use crate::http::responses::{
     Counted, HoldView, NoSessionErrors, QuorumAcquireErrors, QuorumHoldErrors, QuorumRenewErrors,
     examples,
@@ -239,15 +240,6 @@ impl Held for RedlockAcquisition {
             )
             .await
     }
-}
-
-/// 409 `lock-held` of a RedLock: no quorum of the nodes is free; the
-/// owner labels the refusing nodes report.
-pub fn held_on_quorum(retry_after_ms: u64, held_by: Vec<Option<String>>) -> ApiError {
-    let mut problem = ApiError::lock_held(retry_after_ms).with_held_by(held_by);
-    problem.problem.detail =
-        "the lock is held by another holder on enough nodes that no quorum is free".into();
-    problem
 }
 
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"held_by\":[\"cron nightly-export\"]}\n\nevent: acquired\ndata: {\"name\":\"nightly-report\",\"holder\":\"worker-1\",\"fencing_token\":13,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":29696,\"heartbeat_interval_ms\":10000,\"validity_ms\":29696,\"nodes\":{\"acquired\":3,\"total\":3}}\n\n";

@@ -104,8 +104,7 @@ pub mod examples {
     use crate::coord::Blocked;
     use crate::error::{ApiError, Problem};
     use crate::http::extract::{Millis, check_name, check_prefix};
-    use crate::http::lock_family::{HoldApi, lock_held as held};
-    use crate::http::{latches, multilocks, ratelimiters, redlocks, semaphores, sessions};
+    use crate::http::problems::{self, lock_held as held};
     use crate::store::Condition;
 
     fn problem(error: ApiError) -> Problem {
@@ -136,9 +135,7 @@ pub mod examples {
     }
 
     pub fn not_held() -> Problem {
-        problem(ApiError::not_held(
-            <crate::coord::locks::Locks as HoldApi>::NOT_HELD,
-        ))
+        problem(ApiError::not_held(problems::NOT_HELD))
     }
 
     pub fn not_held_set() -> Problem {
@@ -175,15 +172,15 @@ pub mod examples {
     }
 
     pub fn set_held() -> Problem {
-        problem(multilocks::set_held(vec!["orders".into()], 2500, owners()))
+        problem(problems::set_held(vec!["orders".into()], 2500, owners()))
     }
 
     pub fn held_on_quorum() -> Problem {
-        problem(redlocks::held_on_quorum(2500, owners()))
+        problem(problems::held_on_quorum(2500, owners()))
     }
 
     pub fn no_permits() -> Problem {
-        problem(semaphores::no_permits(Blocked {
+        problem(problems::no_permits(Blocked {
             retry_after_ms: 2500,
             position: Some(1),
             available: Some(0),
@@ -192,7 +189,7 @@ pub mod examples {
     }
 
     pub fn rate_limited() -> Problem {
-        problem(ratelimiters::rate_limited(Blocked {
+        problem(problems::rate_limited(Blocked {
             retry_after_ms: 250,
             available: Some(0),
             ..Blocked::default()
@@ -216,7 +213,7 @@ pub mod examples {
             ..Blocked::default()
         };
         of_limit(
-            ratelimiters::rate_limited(blocked),
+            problems::rate_limited(blocked),
             "api-per-user",
             Some("user-42"),
         )
@@ -236,7 +233,7 @@ pub mod examples {
     }
 
     pub fn latch_exists() -> Problem {
-        problem(latches::latch_exists(3))
+        problem(problems::latch_exists(3))
     }
 
     pub fn upgrade_would_deadlock() -> Problem {
@@ -282,11 +279,11 @@ pub mod examples {
     }
 
     pub fn session_not_found() -> Problem {
-        problem(ApiError::not_found(sessions::NO_SUCH_SESSION))
+        problem(ApiError::not_found(problems::NO_SUCH_SESSION))
     }
 
     pub fn session_not_held() -> Problem {
-        problem(ApiError::not_held(sessions::NO_SUCH_SESSION))
+        problem(ApiError::not_held(problems::NO_SUCH_SESSION))
     }
 
     pub fn invalid_prefix() -> Problem {

@@ -29,7 +29,7 @@ use crate::state::AppState;
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Every route with its OpenAPI operation.
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(locks::acquire))
         .routes(routes!(locks::heartbeat))
@@ -84,6 +84,13 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
+}
+
+/// The OpenAPI document at the default configuration, as committed in
+/// `openapi/openapi.json`; a server serves it with its own bounds
+/// ([`with_bounds`]).
+pub fn openapi() -> serde_json::Value {
+    polish(routes().split_for_parts().1)
 }
 
 /// The API routes (without the layers, Swagger UI and fallbacks) and the

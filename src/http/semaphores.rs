@@ -3,7 +3,7 @@
 //! are the lock family's generic handlers over [`HoldApi`]
 //! (`hold_routes!`); the configuration (PUT) and the acquire are here.
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -13,11 +13,11 @@ use utoipa::{IntoParams, ToSchema};
 use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
 use crate::coord::sessions::{Hold, HoldKind};
 use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
-use crate::error::ProblemType;
 use crate::http::access::ScopedName;
 use crate::http::extract::{Millis, Owner};
-use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi, QUEUED};
+use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi};
 use crate::http::longpoll::Acquisition;
+use crate::http::problems::no_permits;
 use crate::http::responses::{
     AcquireErrors, BodyErrors, Counted, HoldView, ObjectErrors, examples,
 };
@@ -172,21 +172,6 @@ pub struct SemaphoreRelease {
 pub struct SemaphoreDeleted {
     /// False when there was no such semaphore.
     pub deleted: bool,
-}
-
-/// 409 `no-permits`: the hint, the permits available now and the waiters
-/// ahead.
-pub fn no_permits(blocked: Blocked) -> ApiError {
-    let mut problem = ApiError::new(
-        StatusCode::CONFLICT,
-        ProblemType::NoPermits,
-        format!("not enough permits are available, or waiters are queued ahead. {QUEUED}"),
-    )
-    .with_retry_after_ms(blocked.retry_after_ms)
-    .with_held_by(blocked.held_by);
-    problem.problem.available = blocked.available;
-    problem.problem.position = blocked.position;
-    problem
 }
 
 /// One blocking acquire of permits.

@@ -24,6 +24,7 @@ use crate::http::extract::{
     ApiJson, ApiPath, Millis, Owner, check_session, check_session_in_path, new_holder, ttl_from,
 };
 use crate::http::longpoll::{self, Acquisition, NotGranted, Timing, Vocabulary};
+use crate::http::problems::NO_SUCH_SESSION;
 use crate::http::responses::{SessionCreateErrors, SessionErrors, SessionRenewErrors};
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -361,7 +362,7 @@ pub async fn create(
             let location = format!("/sessions/{}", session.name);
             let created = Renewed { ttl_ms, holds: 0 };
             let grant = json!(SessionGrant::new(session.name, created));
-            return Ok(crate::http::lock_family::created(&location, grant));
+            return Ok(longpoll::created(&location, grant));
         }
     }
 }
@@ -399,10 +400,6 @@ pub async fn heartbeat(
         None => Err(ApiError::not_held(NO_SUCH_SESSION)),
     }
 }
-
-/// The detail of a 404 on a session's own routes.
-pub const NO_SUCH_SESSION: &str =
-    "no such session: it expired, was deleted, or never existed in this namespace";
 
 /// Read a session's state. Never reveals its holds' names or holder ids.
 #[utoipa::path(

@@ -17,6 +17,7 @@
 //! locks with curl" gives the allowed characters).
 
 pub mod backend;
+pub mod connector;
 pub mod pool;
 pub mod pubsub;
 pub mod scan;
@@ -31,7 +32,8 @@ use redis::{FromRedisValue, Value};
 
 use crate::config::{Config, ConfigError, RedisMode};
 use crate::metrics::Metrics;
-use backend::{Backend, Conn, Connector};
+use backend::{Backend, Conn};
+use connector::Connector;
 pub use scripts::{Publish, Script};
 use tls::RedisTls;
 

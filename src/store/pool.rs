@@ -18,7 +18,7 @@ use deadpool::managed::{self, Metrics as PoolMetrics, RecycleError, RecycleResul
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 
-use super::backend::Connector;
+use super::connector::Connector;
 
 pub type ConnPool = managed::Pool<RedisManager>;
 pub type Conn = managed::Object<RedisManager>;

@@ -52,7 +52,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::backend::{ClusterTarget, Connector};
+use super::connector::{ClusterTarget, Connector};
 use crate::counted::CountedMap;
 use crate::metrics::Metrics;
 

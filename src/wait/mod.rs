@@ -608,7 +608,7 @@ impl Own {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::backend::Connector;
+    use crate::store::connector::Connector;
 
     pub(super) fn engine() -> (WaitEngine, Hub) {
         // Nothing listens on port 1: the hub just keeps retrying, which is
