@@ -4,11 +4,11 @@
 //! is met. A later phase adds its goals through [`crate::measured::Section`].
 
 use crate::floors::{Floor, Redisson};
-use crate::{fanout, handoff};
 use crate::measured::{Goal, Report, Target};
 use crate::ops::Primitive;
 use crate::stats::fig;
 use crate::throughput::{self, Kind, own};
+use crate::{fanout, handoff};
 
 /// The concurrency the throughput goals are set at.
 const C: usize = 64;

@@ -9,6 +9,8 @@
 //! - [`pubsub::Hub`]: one dedicated subscriber connection per process that
 //!   fans notifications out to in-process waiters.
 //! - [`backend`]: standalone, Sentinel and Cluster behind one type;
+//!   [`connector`]: where a new connection goes (a Sentinel lookup, the
+//!   Cluster's nodes), shared by the pool and the pub/sub hub;
 //!   [`tls`]: the CA and client certificate of `rediss://` connections.
 //!
 //! Key layout: `{prefix}{<name>}:<part>`. Every key and channel of one
