@@ -33,19 +33,34 @@ local function lent_owner(owner)
   return nil
 end
 
--- Records the owner label `owner` ('' keeps the label there is) and, for
--- a hold granted now (`new`), the grant time, in `hash` under the fields
--- `o<suffix>` and `t<suffix>` (suffix '' or '|<holder>').
-local function record_owner(hash, suffix, owner, new)
-  if new then
-    redis.call('HSET', hash, 't' .. suffix, holds_now())
+-- Appends to `fields` (field, value, field, value, ... for one HSET) what
+-- record_owner writes: the owner label `owner` ('' keeps the label there
+-- is) and, for a hold granted now, its grant time `granted_at` (ms; nil
+-- for a hold that is not new), under the fields `o<suffix>` and
+-- `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
+-- other fields anyway writes these in the same HSET.
+local function owner_fields(fields, suffix, owner, granted_at)
+  if granted_at then
+    fields[#fields + 1] = 't' .. suffix
+    fields[#fields + 1] = granted_at
   end
   local lent = lent_owner(owner)
   if lent then
-    owner = new and lent or ''
+    owner = granted_at and lent or ''
   end
   if owner ~= nil and owner ~= '' then
-    redis.call('HSET', hash, 'o' .. suffix, owner)
+    fields[#fields + 1] = 'o' .. suffix
+    fields[#fields + 1] = owner
+  end
+end
+
+-- Records the owner label `owner` ('' keeps the label there is) and, for
+-- a hold granted now (`new`), the grant time, in `hash` (owner_fields).
+local function record_owner(hash, suffix, owner, new)
+  local fields = {}
+  owner_fields(fields, suffix, owner, new and holds_now() or nil)
+  if fields[1] then
+    redis.call('HSET', hash, unpack(fields))
   end
 end
 

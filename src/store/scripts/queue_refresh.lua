@@ -4,10 +4,13 @@
 -- the holds whose lease ended; true if any did), expire_holds and wake.
 
 -- Drops expired holds and queue entries; wakes the queue if any went.
+-- Returns true if any did (what the caller read before may be stale).
 local function refresh()
   local dropped = drop_expired()
   if #prune() > 0 or dropped then
     expire_holds()
     wake()
+    return true
   end
+  return false
 end
