@@ -5,8 +5,9 @@
 
 -- Drops expired holds and queue entries; wakes the queue if any went.
 -- Returns true if any did (what the caller read before may be stale).
-local function refresh()
-  local dropped = drop_expired()
+-- Its arguments go to drop_expired (what the caller read already).
+local function refresh(...)
+  local dropped = drop_expired(...)
   if #prune() > 0 or dropped then
     expire_holds()
     wake()
