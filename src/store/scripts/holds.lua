@@ -55,12 +55,19 @@ local function owner_fields(fields, suffix, owner, granted_at)
 end
 
 -- Records the owner label `owner` ('' keeps the label there is) and, for
--- a hold granted now (`new`), the grant time, in `hash` (owner_fields).
+-- a hold granted now (`new`), the grant time, in `hash` (as owner_fields
+-- says, without building the list: the plain lock's acquire is the
+-- cheapest script there is).
 local function record_owner(hash, suffix, owner, new)
-  local fields = {}
-  owner_fields(fields, suffix, owner, new and holds_now() or nil)
-  if fields[1] then
-    redis.call('HSET', hash, unpack(fields))
+  if new then
+    redis.call('HSET', hash, 't' .. suffix, holds_now())
+  end
+  local lent = lent_owner(owner)
+  if lent then
+    owner = new and lent or ''
+  end
+  if owner ~= nil and owner ~= '' then
+    redis.call('HSET', hash, 'o' .. suffix, owner)
   end
 end
 
