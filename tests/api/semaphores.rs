@@ -792,3 +792,47 @@ async fn an_ended_holders_next_acquire_is_a_first_grant_and_its_permits_are_free
     let all = granted(acquire(&app, "e", json!({"holder": "c", "permits": 3})).await).await;
     assert_eq!(all["permits"], 3);
 }
+
+/// A release with other holders left drops the holder's session fields
+/// only when it read that the hold has a session (and a first grant reads
+/// a holder's hold only when it has a lease): a hold taken in a session,
+/// released, leaves nothing of the session behind, so the holder's holds
+/// without one are granted and re-entered afterwards.
+#[tokio::test]
+async fn a_released_session_hold_leaves_no_session_behind_while_others_hold() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "p", 3).await;
+    granted(acquire(&app, "p", json!({"holder": "other"})).await).await;
+    let created = app.post("/sessions", json!({"ttl_ms": 30000})).await;
+    assert_eq!(created.status(), 201);
+    let session: Value = created.json().await.unwrap();
+    let in_session = json!({"holder": "h", "session": session["session"]});
+    granted(acquire(&app, "p", in_session.clone()).await).await;
+    // Without a session while the hold is in one: refused.
+    assert_problem(
+        acquire(&app, "p", json!({"holder": "h"})).await,
+        409,
+        "session-mismatch",
+    )
+    .await;
+    assert_eq!(release(&app, "p", "h").await.status(), StatusCode::OK);
+
+    let mut conn = redis_conn(&redis).await;
+    let fields: Vec<String> = conn.hkeys("latchkey:{p}:sem:holds").await.unwrap();
+    assert!(
+        !fields.iter().any(|f| f.ends_with("|h")),
+        "nothing of h is left: {fields:?}"
+    );
+    let first = granted(acquire(&app, "p", json!({"holder": "h"})).await).await;
+    let again = granted(acquire(&app, "p", json!({"holder": "h"})).await).await;
+    assert_eq!(
+        (
+            &first["hold_count"],
+            &again["hold_count"],
+            &again["permits"]
+        ),
+        (&json!(1), &json!(2), &json!(2)),
+        "{again}"
+    );
+}

@@ -55,13 +55,16 @@ local function need_of(member)
   return tonumber(string.match(member, '^(%d+)|'))
 end
 
--- Drops a holder's fields from the holds (its session's too), given its
--- permits and attempts `h` ({p|<h>, as|<h>}); returns the permits.
-local function drop_fields(holder, h)
+-- Drops a holder's fields from the holds (its session's too, unless
+-- `sessionless`: the caller read that it has none), given its permits and
+-- attempts `h` ({p|<h>, as|<h>}); returns the permits.
+local function drop_fields(holder, h, sessionless)
   local fields = {'p|' .. holder, 'c|' .. holder, 't|' .. holder, 'l|' .. holder, 'as|' .. holder,
     'oh|' .. holder, 'th|' .. holder}
-  for _, f in ipairs({session_fields(holder)}) do
-    fields[#fields + 1] = f
+  if not sessionless then
+    for _, f in ipairs({session_fields(holder)}) do
+      fields[#fields + 1] = f
+    end
   end
   for id in string.gmatch(h[2] or '', '%S+') do
     fields[#fields + 1] = 'a|' .. id

@@ -35,12 +35,20 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-1}
 end
 local holder, need, lease, id = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
--- What this script reads of the holds, in one HMGET: whether the attempt
--- was granted, the holder's hold so far (none: its first grant, which
--- takes a token) and the permits in use.
+-- What this script reads of the holds: whether the attempt was granted,
+-- the holder's lease and the permits in use, then, only when the holder
+-- has a lease, its hold so far (without one it has none: its first grant,
+-- which takes a token). Each field looked up costs a scan of the hash
+-- while it is a listpack, with many holders. As one list: {a|<attempt>,
+-- l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used}.
 local function read_holds()
-  return redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'ss|' .. holder,
-    'c|' .. holder, 'p|' .. holder, 't|' .. holder, 'as|' .. holder, 'used')
+  local h = redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'used')
+  local hold = {false, false, false, false, false}
+  if h[2] then
+    hold = redis.call('HMGET', KEYS[7], 'ss|' .. holder, 'c|' .. holder, 'p|' .. holder,
+      't|' .. holder, 'as|' .. holder)
+  end
+  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3]}
 end
 local h = read_holds()
 if h[1] then

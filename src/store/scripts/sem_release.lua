@@ -23,8 +23,9 @@ redis.call('ZREM', KEYS[8], holder)
 local last = last_lease()
 local permits = tonumber(h[1])
 if last[2] then
-  -- Others hold permits: drop this holder's fields.
-  drop_fields(holder, h)
+  -- Others hold permits: drop this holder's fields (its session's are
+  -- there only with ss|<h>: in_session writes all three).
+  drop_fields(holder, h, not h[3])
 end
 -- (When it was the last hold, expire_holds deletes the holds whole.)
 expire_holds(last)
