@@ -426,3 +426,67 @@ async fn bad_rwlock_inputs_get_problems() {
     let forced = app.delete_json("/rwlocks/ok").await;
     assert_eq!(forced["released"], true);
 }
+
+/// An acquire and a release read the hash before they drop ended holds,
+/// and read it again only when some were dropped (a long read hold keeps
+/// the hash from expiring meanwhile): a write hold whose lease ended
+/// blocks no reader, a reader whose lease ended reads again as a new hold
+/// (count 1, a new token) and releases nothing, and the last release
+/// frees the lock while one with another reader left does not.
+#[tokio::test]
+async fn ended_holds_are_dropped_before_an_acquire_or_a_release_reads_them() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    granted(write(&app, "e", json!({"holder": "w", "lease_ms": 500})).await).await;
+    granted(read(&app, "e", json!({"holder": "w", "lease_ms": 30000})).await).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    // Each first call after a lease ended is the one that matters.
+    let first = granted(read(&app, "e", json!({"holder": "r", "lease_ms": 500})).await).await;
+    let token = first["fencing_token"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let again = granted(read(&app, "e", json!({"holder": "r"})).await).await;
+    assert_eq!(
+        (&again["hold_count"], &again["read_hold_count"]),
+        (&json!(1), &json!(1)),
+        "{again}"
+    );
+    assert!(again["fencing_token"].as_u64().unwrap() > token);
+    granted(read(&app, "e", json!({"holder": "t", "lease_ms": 500})).await).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_problem(release(&app, "e", "t", "").await, 404, "not-held").await;
+
+    let released: Value = release(&app, "e", "r", "").await.json().await.unwrap();
+    assert_eq!(released["released"], false, "w still reads: {released}");
+    let released: Value = release(&app, "e", "w", "").await.json().await.unwrap();
+    assert_eq!(
+        (&released["released"], &released["mode"]),
+        (&json!(true), &json!("read")),
+        "{released}"
+    );
+    assert_eq!(rw_state(&app, "e").await["mode"], Value::Null);
+}
+
+/// The release script on its own (a DELETE runs the leave script before
+/// it, which drops ended holds first): it reads the hash before it drops
+/// ended holds, and again when some were dropped, so a read hold whose
+/// lease ended releases nothing while another keeps the hash.
+#[tokio::test]
+async fn a_release_of_a_read_hold_whose_lease_ended_releases_nothing() {
+    use latchkey::coord::rwlocks::{Mode, RwLocks};
+    use latchkey::coord::{Attempt, AttemptId};
+    let redis = redis();
+    let rw = RwLocks::new(test_store(&redis).await, 5000);
+    for (holder, lease) in [("long", 30000), ("brief", 500)] {
+        let attempt = rw
+            .try_acquire("l", holder, Mode::Read, lease, None, &AttemptId::new())
+            .await
+            .unwrap();
+        assert!(matches!(attempt, Attempt::Granted(_)), "{attempt:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let released = rw.release("l", "brief", None, false).await.unwrap();
+    assert!(released.is_none(), "{released:?}");
+    let released = rw.release("l", "long", None, false).await.unwrap();
+    assert!(released.is_some_and(|r| r.released && r.hold_count == 0));
+}

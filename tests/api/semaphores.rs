@@ -717,3 +717,122 @@ async fn a_waiter_streams_its_place_and_is_granted_on_release() {
     );
     assert!(events.recv().await.is_none(), "the stream ends");
 }
+
+/// An acquire reads the holds before it reclaims expired leases, and reads
+/// them again only when some were reclaimed: a holder whose lease ended
+/// starts over (a first grant, a new token), the permits it had are free,
+/// and a release of the ended hold finds nothing. Then the releases of
+/// a hold with others left, and of the last one (which deletes the holds
+/// whole), leave the counts right.
+#[tokio::test]
+async fn an_ended_holders_next_acquire_is_a_first_grant_and_its_permits_are_free() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "e", 3).await;
+    let first = granted(
+        acquire(
+            &app,
+            "e",
+            json!({"holder": "a", "permits": 2, "lease_ms": 500}),
+        )
+        .await,
+    )
+    .await;
+    let token = first["fencing_token"].as_u64().unwrap();
+    granted(acquire(&app, "e", json!({"holder": "b", "permits": 1})).await).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    // The first call after the lease ended is the acquire.
+    let again = granted(acquire(&app, "e", json!({"holder": "a", "permits": 1})).await).await;
+    assert_eq!(
+        (&again["hold_count"], &again["permits"]),
+        (&json!(1), &json!(1)),
+        "{again}"
+    );
+    assert!(again["fencing_token"].as_u64().unwrap() > token);
+    let state = sem_state(&app, "e").await;
+    assert_eq!(
+        (&state["available"], &state["holders"]),
+        (&json!(1), &json!(2)),
+        "{state}"
+    );
+    // The first call after this lease ended is the release.
+    granted(
+        acquire(
+            &app,
+            "e",
+            json!({"holder": "c", "permits": 1, "lease_ms": 500}),
+        )
+        .await,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_problem(release(&app, "e", "c").await, 404, "not-held").await;
+
+    assert_eq!(release(&app, "e", "b").await.status(), StatusCode::OK);
+    let state = sem_state(&app, "e").await;
+    assert_eq!(
+        (&state["available"], &state["holders"]),
+        (&json!(2), &json!(1)),
+        "{state}"
+    );
+    assert_eq!(release(&app, "e", "a").await.status(), StatusCode::OK);
+    let state = sem_state(&app, "e").await;
+    assert_eq!(
+        (&state["available"], &state["holders"]),
+        (&json!(3), &json!(0)),
+        "{state}"
+    );
+    let mut conn = redis_conn(&redis).await;
+    let left: u64 = conn
+        .exists(&["latchkey:{e}:sem:holds", "latchkey:{e}:sem:leases"])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the last release deletes the holds");
+    let all = granted(acquire(&app, "e", json!({"holder": "c", "permits": 3})).await).await;
+    assert_eq!(all["permits"], 3);
+}
+
+/// A release with other holders left drops the holder's session fields
+/// only when it read that the hold has a session (and a first grant reads
+/// a holder's hold only when it has a lease): a hold taken in a session,
+/// released, leaves nothing of the session behind, so the holder's holds
+/// without one are granted and re-entered afterwards.
+#[tokio::test]
+async fn a_released_session_hold_leaves_no_session_behind_while_others_hold() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "p", 3).await;
+    granted(acquire(&app, "p", json!({"holder": "other"})).await).await;
+    let created = app.post("/sessions", json!({"ttl_ms": 30000})).await;
+    assert_eq!(created.status(), 201);
+    let session: Value = created.json().await.unwrap();
+    let in_session = json!({"holder": "h", "session": session["session"]});
+    granted(acquire(&app, "p", in_session.clone()).await).await;
+    // Without a session while the hold is in one: refused.
+    assert_problem(
+        acquire(&app, "p", json!({"holder": "h"})).await,
+        409,
+        "session-mismatch",
+    )
+    .await;
+    assert_eq!(release(&app, "p", "h").await.status(), StatusCode::OK);
+
+    let mut conn = redis_conn(&redis).await;
+    let fields: Vec<String> = conn.hkeys("latchkey:{p}:sem:holds").await.unwrap();
+    assert!(
+        !fields.iter().any(|f| f.ends_with("|h")),
+        "nothing of h is left: {fields:?}"
+    );
+    let first = granted(acquire(&app, "p", json!({"holder": "h"})).await).await;
+    let again = granted(acquire(&app, "p", json!({"holder": "h"})).await).await;
+    assert_eq!(
+        (
+            &first["hold_count"],
+            &again["hold_count"],
+            &again["permits"]
+        ),
+        (&json!(1), &json!(2), &json!(2)),
+        "{again}"
+    );
+}

@@ -36,7 +36,12 @@ local function session_end(hash, holder)
   return tonumber(redis.call('HGET', hash, 'se|' .. holder))
 end
 
+-- The fields of the holder's session (for an HDEL of more fields).
+local function session_fields(holder)
+  return 'ss|' .. holder, 'sv|' .. holder, 'se|' .. holder
+end
+
 -- Forgets the holder's session (its hold is gone).
 local function drop_session(hash, holder)
-  redis.call('HDEL', hash, 'ss|' .. holder, 'sv|' .. holder, 'se|' .. holder)
+  redis.call('HDEL', hash, session_fields(holder))
 end

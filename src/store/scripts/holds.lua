@@ -33,9 +33,31 @@ local function lent_owner(owner)
   return nil
 end
 
+-- Appends to `fields` (field, value, field, value, ... for one HSET) what
+-- record_owner writes: the owner label `owner` ('' keeps the label there
+-- is) and, for a hold granted now, its grant time `granted_at` (ms; nil
+-- for a hold that is not new), under the fields `o<suffix>` and
+-- `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
+-- other fields anyway writes these in the same HSET.
+local function owner_fields(fields, suffix, owner, granted_at)
+  if granted_at then
+    fields[#fields + 1] = 't' .. suffix
+    fields[#fields + 1] = granted_at
+  end
+  local lent = lent_owner(owner)
+  if lent then
+    owner = granted_at and lent or ''
+  end
+  if owner ~= nil and owner ~= '' then
+    fields[#fields + 1] = 'o' .. suffix
+    fields[#fields + 1] = owner
+  end
+end
+
 -- Records the owner label `owner` ('' keeps the label there is) and, for
--- a hold granted now (`new`), the grant time, in `hash` under the fields
--- `o<suffix>` and `t<suffix>` (suffix '' or '|<holder>').
+-- a hold granted now (`new`), the grant time, in `hash` (as owner_fields
+-- says, without building the list: the plain lock's acquire is the
+-- cheapest script there is).
 local function record_owner(hash, suffix, owner, new)
   if new then
     redis.call('HSET', hash, 't' .. suffix, holds_now())

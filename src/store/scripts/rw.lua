@@ -33,22 +33,48 @@ local function index_key(mode, holder, level)
   return 'i|' .. mode .. '|' .. holder .. '|' .. level
 end
 
--- Forgets the attempts that made levels from..to of a holder's holds.
-local function forget(mode, holder, from, to)
-  for level = from, to do
-    local key = index_key(mode, holder, level)
-    local id = redis.call('HGET', KEYS[1], key)
-    if id then
-      redis.call('HDEL', KEYS[1], 'a|' .. id, key)
+-- Calls `command` on the hash with the list `fields` as its arguments, at
+-- most 1000 at a time (unpack's limit); returns the replies joined.
+local function on_fields(command, fields)
+  local replies = {}
+  for i = 1, #fields, 1000 do
+    local reply = redis.call(command, KEYS[1], unpack(fields, i, math.min(i + 999, #fields)))
+    if type(reply) == 'table' then
+      for _, r in ipairs(reply) do
+        replies[#replies + 1] = r
+      end
     end
   end
+  return replies
 end
 
--- Forgets the session of a holder that holds nothing any more.
-local function forget_session(holder)
-  if redis.call('HGET', KEYS[1], 'w') ~= holder
-    and redis.call('HEXISTS', KEYS[1], 'r|' .. holder) == 0 then
-    drop_session(KEYS[1], holder)
+-- The fields that record the attempts that made levels from..to of a
+-- holder's holds (for an HDEL), read with HMGET.
+local function attempt_fields(mode, holder, from, to)
+  local keys, fields = {}, {}
+  for level = from, to do
+    keys[#keys + 1] = index_key(mode, holder, level)
+  end
+  local ids = on_fields('HMGET', keys)
+  for i, key in ipairs(keys) do
+    if ids[i] then
+      fields[#fields + 1] = 'a|' .. ids[i]
+      fields[#fields + 1] = key
+    end
+  end
+  return fields
+end
+
+-- Forgets the attempts that made levels from..to of a holder's holds.
+local function forget(mode, holder, from, to)
+  on_fields('HDEL', attempt_fields(mode, holder, from, to))
+end
+
+-- Appends the holder's session fields to `fields` (an HDEL's): it holds
+-- nothing any more.
+local function with_session(fields, holder)
+  for _, f in ipairs({session_fields(holder)}) do
+    fields[#fields + 1] = f
   end
 end
 
@@ -60,25 +86,48 @@ local function owner_suffix(mode, holder)
   return 'r|' .. holder
 end
 
-local function drop_writer()
+-- Drops the write hold, with its attempts' fields, or with `fields`
+-- instead when given (the caller collected them: attempt_fields), and its
+-- session's when the writer holds no read hold either. All in one HDEL.
+local function drop_writer(fields)
   local holder = redis.call('HGET', KEYS[1], 'w')
-  forget('w', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'wc')))
-  redis.call('HDEL', KEYS[1], 'w', 'wc', 'wt', 'wl', 'wd', 'ow', 'tw')
-  forget_session(holder)
+  fields = fields or attempt_fields('w', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'wc')))
+  for _, f in ipairs({'w', 'wc', 'wt', 'wl', 'wd', 'ow', 'tw'}) do
+    fields[#fields + 1] = f
+  end
+  if redis.call('HEXISTS', KEYS[1], 'r|' .. holder) == 0 then
+    with_session(fields, holder)
+  end
+  on_fields('HDEL', fields)
 end
 
-local function drop_reader(holder)
-  forget('r', holder, 1, tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0'))
-  redis.call('HDEL', KEYS[1], 'r|' .. holder, 'rt|' .. holder, 'rl|' .. holder,
-    'or|' .. holder, 'tr|' .. holder)
+-- Drops a reader's hold, with its attempts' fields (or `fields`, as in
+-- drop_writer), and its session's when it does not hold the write hold
+-- (`writer`: the writer, false for none, when the caller has read it).
+local function drop_reader(holder, fields, writer)
+  fields = fields or attempt_fields('r', holder, 1,
+    tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0'))
+  for _, f in ipairs({'r|' .. holder, 'rt|' .. holder, 'rl|' .. holder, 'or|' .. holder,
+    'tr|' .. holder}) do
+    fields[#fields + 1] = f
+  end
+  if writer == nil then
+    writer = redis.call('HGET', KEYS[1], 'w')
+  end
+  if writer ~= holder then
+    with_session(fields, holder)
+  end
+  on_fields('HDEL', fields)
   redis.call('ZREM', KEYS[7], holder)
-  forget_session(holder)
 end
 
--- Drops the holds whose lease ended; true if any did.
-local function drop_expired()
+-- Drops the holds whose lease ended; true if any did. `wd` is the write
+-- hold's deadline when the caller has read it (false for none).
+local function drop_expired(wd)
   local dropped = false
-  local wd = redis.call('HGET', KEYS[1], 'wd')
+  if wd == nil then
+    wd = redis.call('HGET', KEYS[1], 'wd')
+  end
   if wd and tonumber(wd) <= now then
     drop_writer()
     dropped = true
@@ -90,9 +139,10 @@ local function drop_expired()
   return dropped
 end
 
--- Remaining ms of the longest hold (0 when free).
-local function held_for()
-  local last = tonumber(redis.call('HGET', KEYS[1], 'wd') or '0')
+-- Remaining ms of the longest hold (0 when free). `wd` is the write
+-- hold's deadline (0 for none) when the caller knows it.
+local function held_for(wd)
+  local last = wd or tonumber(redis.call('HGET', KEYS[1], 'wd') or '0')
   local reader = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
   if reader[2] and tonumber(reader[2]) > last then
     last = tonumber(reader[2])
@@ -100,15 +150,17 @@ local function held_for()
   return math.max(last - now, 0)
 end
 
--- The hash and the readers live exactly as long as the last hold.
-local function expire_holds()
-  local ttl = held_for()
+-- The hash and the readers live exactly as long as the last hold (`wd`
+-- as in held_for). Returns true when nothing is held (both are deleted).
+local function expire_holds(wd)
+  local ttl = held_for(wd)
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[7], ttl)
-  else
-    redis.call('DEL', KEYS[1], KEYS[7])
+    return false
   end
+  redis.call('DEL', KEYS[1], KEYS[7])
+  return true
 end
 
 -- Publishes the queue and lets go whoever can be granted now: when the
@@ -137,15 +189,20 @@ local function wake()
 end
 
 -- A holder's hold in `mode` ended (released or given back): drop it and
--- wake the queue.
-local function hold_ended(mode, holder)
+-- wake the queue. What the caller knows, when given: `fields`, its
+-- attempts' fields (drop_writer); `writer`, the writer (false for none)
+-- and `wd` its deadline (0 for none). Returns true when nothing is held
+-- any more (expire_holds).
+local function hold_ended(mode, holder, fields, writer, wd)
   if mode == 'w' then
-    drop_writer()
+    drop_writer(fields)
+    wd = 0
   else
-    drop_reader(holder)
+    drop_reader(holder, fields, writer)
   end
-  expire_holds()
+  local free = expire_holds(wd)
   wake()
+  return free
 end
 
 -- {1, token, hold_count, lease_ms, mode, read_hold_count, write_hold_count}

@@ -41,27 +41,55 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-1}
 end
 local holder, mode, lease, id = ARGV[2], ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local made = redis.call('HGET', KEYS[1], 'a|' .. id)
-if made then
-  return grant_reply(string.sub(made, 1, 1), holder)
+-- What the acquire reads of the hash, in one HMGET: whether the attempt
+-- made a hold already, the writer and its deadline, the holder's read
+-- holds and session, and the tokens and write count a grant replies.
+local function read_hold()
+  return redis.call('HMGET', KEYS[1], 'a|' .. id, 'wd', 'w', 'r|' .. holder, 'ss|' .. holder,
+    'wc', 'wt', 'rt|' .. holder)
 end
-refresh()
+local h = read_hold()
+if h[1] then
+  return grant_reply(string.sub(h[1], 1, 1), holder)
+end
+if refresh(h[2]) then
+  h = read_hold()
+end
 local member = mode .. '|' .. holder
-local writer = redis.call('HGET', KEYS[1], 'w')
-local reads = tonumber(redis.call('HGET', KEYS[1], 'r|' .. holder) or '0')
-local readers = redis.call('ZCARD', KEYS[7])
+local writer = h[3]
+local reads = tonumber(h[4] or '0')
+-- How many hold the read lock (read before any write of this script).
+local function readers()
+  return redis.call('ZCARD', KEYS[7])
+end
 local session, version = ARGV[8] or '', ARGV[9]
 if session ~= '' then
   lease = math.max(lease - now, 1)
 end
-if (writer == holder or reads > 0) and session_of(KEYS[1], holder) ~= session then
+if (writer == holder or reads > 0) and (h[5] or '') ~= session then
   return {-5}
 end
 -- A session's state the holder's holds have not applied yet (or none).
 local fresh = session == '' or newer(KEYS[1], holder, version)
 
+-- Set when the queue was seen empty: the member has no entry to leave.
+local unqueued = false
+
 -- Is anyone queued ahead of the member (only writers, with writers_only)?
+-- The head alone answers when nobody is queued, when the member is the
+-- head, or when the head is someone else who counts.
 local function queued_ahead(writers_only)
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  if not head then
+    unqueued = true
+    return false
+  end
+  if head == member then
+    return false
+  end
+  if not writers_only or string.sub(head, 1, 1) == 'w' then
+    return true
+  end
   local rank = redis.call('ZRANK', KEYS[4], member)
   local ahead
   if rank then
@@ -84,21 +112,22 @@ local function queued_ahead(writers_only)
 end
 
 local function take()
-  local count_field, token_field
+  local count_field, token_field, count, token
   if mode == 'w' then
-    count_field, token_field = 'wc', 'wt'
+    count_field, token_field, count, token = 'wc', 'wt', h[6], h[7]
   else
-    count_field, token_field = 'r|' .. holder, 'rt|' .. holder
+    count_field, token_field, count, token = 'r|' .. holder, 'rt|' .. holder, h[4], h[8]
   end
-  local count = redis.call('HINCRBY', KEYS[1], count_field, 1)
-  -- Everything else the hold changes in the hash, in one HSET.
-  local fields = {'a|' .. id, mode .. count, index_key(mode, holder, count), id}
+  count = tonumber(count or '0') + 1
+  -- Everything the hold changes in the hash, in one HSET.
+  local fields = {count_field, count, 'a|' .. id, mode .. count, index_key(mode, holder, count), id}
   local function set(field, value)
     fields[#fields + 1] = field
     fields[#fields + 1] = value
   end
   if count == 1 then
-    set(token_field, redis.call('INCR', KEYS[2]))
+    token = redis.call('INCR', KEYS[2])
+    set(token_field, token)
   end
   local deadline = now + lease
   if not fresh then
@@ -112,7 +141,6 @@ local function take()
     set('rl|' .. holder, lease)
     redis.call('ZADD', KEYS[7], deadline, holder)
   end
-  redis.call('HSET', KEYS[1], unpack(fields))
   local owner = ARGV[10] or ''
   if (owner == '' or lent_owner(owner)) and count == 1 then
     local other = (mode == 'w') and 'or|' .. holder or 'ow'
@@ -120,16 +148,32 @@ local function take()
       owner = redis.call('HGET', KEYS[1], other) or owner
     end
   end
-  record_owner(KEYS[1], owner_suffix(mode, holder), owner, count == 1)
+  owner_fields(fields, owner_suffix(mode, holder), owner, count == 1 and now or nil)
+  redis.call('HSET', KEYS[1], unpack(fields))
   if session ~= '' and fresh then
     in_session(KEYS[1], holder, session, version, lease)
     extend(holder, lease, nil)
   end
-  expire_holds()
-  if leave_queue(member) then
+  if session ~= '' then
+    -- The session may have moved the holds' ends (extend): read them.
+    expire_holds()
+  elseif mode == 'w' then
+    expire_holds(deadline)
+  else
+    expire_holds(tonumber(h[2] or '0'))
+  end
+  if not unqueued and leave_queue(member) then
     wake()
   end
-  return grant_reply(mode, holder)
+  if session ~= '' then
+    return grant_reply(mode, holder)
+  end
+  -- What grant_reply would read: the values just written.
+  local wc = (writer == holder) and tonumber(h[6] or '0') or 0
+  if mode == 'w' then
+    return {1, tonumber(token), count, lease, 'w', reads, count}
+  end
+  return {1, tonumber(token), count, lease, 'r', count, wc}
 end
 
 -- The reply to a request that must wait (queue.lua's waiting), with the
@@ -154,7 +198,7 @@ if mode == 'r' then
     return blocked(held_for(), false)
   end
   if queued_ahead(true) then
-    return blocked(held_for(), readers == 0)
+    return blocked(held_for(), readers() == 0)
   end
   return take()
 end
@@ -162,12 +206,12 @@ if writer == holder then
   return take()
 end
 if reads > 0 then
-  if not writer and readers == 1 then
+  if not writer and readers() == 1 then
     return take()
   end
   return {-2}
 end
-if writer or readers > 0 then
+if writer or readers() > 0 then
   return blocked(held_for(), false)
 end
 if queued_ahead(false) then

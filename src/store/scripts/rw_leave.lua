@@ -18,8 +18,11 @@
 refresh()
 local quitter, wanted = ARGV[2], ARGV[5]
 local gone
+-- With both modes to look for and nobody queued, nothing to leave: one
+-- call instead of one per mode.
+local queued = wanted ~= '' or redis.call('ZCARD', KEYS[4]) > 0
 for _, m in ipairs({'w', 'r'}) do
-  if (wanted == '' or wanted == m) and leave_queue(m .. '|' .. quitter, true) then
+  if queued and (wanted == '' or wanted == m) and leave_queue(m .. '|' .. quitter, true) then
     gone = gone or m
   end
 end

@@ -16,12 +16,19 @@
 -- A hold that ends wakes the queue: a write release lets the readers
 -- queued before the next writer go (or that writer), a read release that
 -- frees the lock lets the writer at the head go.
-refresh()
 local holder, mode = ARGV[2], ARGV[5]
-if ARGV[7] and session_of(KEYS[1], holder) ~= ARGV[7] then
+-- What the release reads of the hash, in one HMGET.
+local function read_hold()
+  return redis.call('HMGET', KEYS[1], 'wd', 'w', 'wc', 'r|' .. holder, 'ss|' .. holder)
+end
+local h = read_hold()
+if refresh(h[1]) then
+  h = read_hold()
+end
+if ARGV[7] and (h[5] or '') ~= ARGV[7] then
   return {-1}
 end
-local writer = redis.call('HGET', KEYS[1], 'w')
+local writer = h[2]
 if mode == '' then
   mode = (writer == holder) and 'w' or 'r'
 end
@@ -29,7 +36,11 @@ local count_field = (mode == 'w') and 'wc' or ('r|' .. holder)
 if mode == 'w' and writer ~= holder then
   return {-1}
 end
-local count = tonumber(redis.call('HGET', KEYS[1], count_field) or '0')
+local count = h[4]
+if mode == 'w' then
+  count = h[3]
+end
+count = tonumber(count or '0')
 if count == 0 then
   return {-1}
 end
@@ -37,11 +48,13 @@ local left = count - 1
 if ARGV[6] == '1' then
   left = 0
 end
-forget(mode, holder, left + 1, count)
+local forgotten = attempt_fields(mode, holder, left + 1, count)
 if left > 0 then
+  on_fields('HDEL', forgotten)
   redis.call('HSET', KEYS[1], count_field, left)
   return {0, left, mode}
 end
-hold_ended(mode, holder)
-local free = redis.call('EXISTS', KEYS[1]) == 0
+-- The last hold of that mode: its attempts go with it (in its HDEL).
+local free = hold_ended(mode, holder, forgotten, writer, tonumber(h[1] or '0'))
+  or redis.call('EXISTS', KEYS[1]) == 0
 return {free and 1 or 0, 0, mode}

@@ -55,22 +55,33 @@ local function need_of(member)
   return tonumber(string.match(member, '^(%d+)|'))
 end
 
--- Drops a holder's hold; returns the permits it had.
-local function drop_holder(holder)
-  local h = redis.call('HMGET', KEYS[7], 'p|' .. holder, 'as|' .. holder)
+-- Drops a holder's fields from the holds (its session's too, unless
+-- `sessionless`: the caller read that it has none), given its permits and
+-- attempts `h` ({p|<h>, as|<h>}); returns the permits.
+local function drop_fields(holder, h, sessionless)
   local fields = {'p|' .. holder, 'c|' .. holder, 't|' .. holder, 'l|' .. holder, 'as|' .. holder,
     'oh|' .. holder, 'th|' .. holder}
+  if not sessionless then
+    for _, f in ipairs({session_fields(holder)}) do
+      fields[#fields + 1] = f
+    end
+  end
   for id in string.gmatch(h[2] or '', '%S+') do
     fields[#fields + 1] = 'a|' .. id
   end
   redis.call('HDEL', KEYS[7], unpack(fields))
-  redis.call('ZREM', KEYS[8], holder)
-  drop_session(KEYS[7], holder)
   local permits = tonumber(h[1] or '0')
   if permits > 0 then
     redis.call('HINCRBY', KEYS[7], 'used', -permits)
   end
   return permits
+end
+
+-- Drops a holder's hold; returns the permits it had.
+local function drop_holder(holder)
+  local h = redis.call('HMGET', KEYS[7], 'p|' .. holder, 'as|' .. holder)
+  redis.call('ZREM', KEYS[8], holder)
+  return drop_fields(holder, h)
 end
 
 -- Reclaims the permits of the holds whose lease ended; true if any did.
@@ -91,9 +102,15 @@ local function first_lease_ends()
   return 0
 end
 
--- The holds live exactly as long as the last lease.
-local function expire_holds()
-  local last = redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
+-- The lease that ends last: {holder, deadline}, or {} when none.
+local function last_lease()
+  return redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
+end
+
+-- The holds live exactly as long as the last lease (`last`: last_lease(),
+-- when the caller has read it).
+local function expire_holds(last)
+  last = last or last_lease()
   if last[2] and tonumber(last[2]) > now then
     local ttl = tonumber(last[2]) - now
     redis.call('PEXPIRE', KEYS[7], ttl)
@@ -122,12 +139,18 @@ end
 -- the walk stops and nobody behind is served before the head.
 --
 -- With a member (its permits `need`; queued, or a newcomer at the tail),
--- stops at it. Returns the tickets served before it, the tickets passed
--- over before the last of those, whether the member is served now, and
--- whether that overtakes someone.
-local function walk(member, need)
+-- stops at it. `free` is the available permits when the caller has read
+-- them (else nil). Returns the tickets served before it, the tickets
+-- passed over before the last of those, whether the member is served now,
+-- whether that overtakes someone, and whether the queue is empty.
+local function walk(member, need, free)
   local members, tickets = first_entries()
-  local free = available()
+  if not members[1] then
+    -- Nobody waits: only the permits decide.
+    local go = member ~= nil and need <= (free or available())
+    return {}, {}, go, false, true
+  end
+  free = free or available()
   local left = overtakes_left(members[1])
   local served, skipped, passed = {}, {}, {}
   local shown = #members

@@ -35,7 +35,23 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-1}
 end
 local holder, need, lease, id = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-if redis.call('HEXISTS', KEYS[7], 'a|' .. id) == 1 then
+-- What this script reads of the holds: whether the attempt was granted,
+-- the holder's lease and the permits in use, then, only when the holder
+-- has a lease, its hold so far (without one it has none: its first grant,
+-- which takes a token). Each field looked up costs a scan of the hash
+-- while it is a listpack, with many holders. As one list: {a|<attempt>,
+-- l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used}.
+local function read_holds()
+  local h = redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'used')
+  local hold = {false, false, false, false, false}
+  if h[2] then
+    hold = redis.call('HMGET', KEYS[7], 'ss|' .. holder, 'c|' .. holder, 'p|' .. holder,
+      't|' .. holder, 'as|' .. holder)
+  end
+  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3]}
+end
+local h = read_holds()
+if h[1] then
   return grant_reply(holder)
 end
 local permits = configured_permits()
@@ -45,21 +61,25 @@ end
 if need > permits then
   return {-3, permits}
 end
-refresh()
+if refresh() then
+  -- Expired holds were reclaimed: the holder's among them, maybe.
+  h = read_holds()
+end
 local session, version = ARGV[8] or '', ARGV[9]
 if session ~= '' then
   lease = math.max(lease - now, 1)
 end
-if redis.call('HEXISTS', KEYS[7], 'l|' .. holder) == 1 and session_of(KEYS[7], holder) ~= session then
+if h[2] and (h[3] or '') ~= session then
   return {-5}
 end
 local member = need .. '|' .. holder
 -- A waiter that left the queue while this request was open (queue.lua)
 -- is granted nothing.
-local go, overtakes = false, false
+local go, overtakes, unqueued = false, false, false
 if not left_while_open(member) then
   local _
-  _, _, go, overtakes = walk(member, need)
+  _, _, go, overtakes, unqueued = walk(member, need,
+    math.max(permits - tonumber(h[8] or '0'), 0))
 end
 if not go then
   local free = available()
@@ -71,28 +91,35 @@ end
 if overtakes then
   overtaken()
 end
--- The holder's hold so far (none: its first grant, which takes a token),
--- read once and written back once.
-local h = redis.call('HMGET', KEYS[7], 'c|' .. holder, 'p|' .. holder, 't|' .. holder, 'as|' .. holder)
-local grants = tonumber(h[1] or '0') + 1
-local held = tonumber(h[2] or '0') + need
-local token = h[3]
+-- The hold is written back in one HSET.
+local grants = tonumber(h[4] or '0') + 1
+local held = tonumber(h[5] or '0') + need
+local token = h[6]
 if grants == 1 then
   token = redis.call('INCR', KEYS[2])
 end
-local attempts = h[4] and (h[4] .. ' ' .. id) or id
-redis.call('HSET', KEYS[7], 'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, token,
-  'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts)
-redis.call('HINCRBY', KEYS[7], 'used', need)
-record_owner(KEYS[7], 'h|' .. holder, ARGV[10] or '', grants == 1)
+local attempts = h[7] and (h[7] .. ' ' .. id) or id
+local fields = {'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, token,
+  'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts,
+  'used', tonumber(h[8] or '0') + need}
+owner_fields(fields, 'h|' .. holder, ARGV[10] or '', grants == 1 and now or nil)
+redis.call('HSET', KEYS[7], unpack(fields))
+local deadline = nil
 if session == '' then
-  set_deadline(holder, now + lease)
+  deadline = now + lease
 elseif newer(KEYS[7], holder, version) then
   in_session(KEYS[7], holder, session, version, lease)
-  set_deadline(holder, now + lease)
+  deadline = now + lease
+end
+if deadline and grants == 1 then
+  -- A first grant has no lease yet that could end earlier (set_deadline).
+  redis.call('ZADD', KEYS[8], deadline, holder)
+elseif deadline then
+  set_deadline(holder, deadline)
 end
 expire_holds()
-if leave_queue(member) then
+-- Nobody was queued (walk): the member has no entry to leave.
+if not unqueued and leave_queue(member) then
   wake()
 end
 return {1, tonumber(token), held, lease, grants}
