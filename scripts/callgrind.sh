@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The service's own instructions per request, by callgrind (the README's
-# "Ablations", rounds 2 and 3): the release service under
+# The service's own instructions per request, by callgrind (the book's
+# "Ablations (what paid, what did not)" (docs/src/benchmark.md), rounds 2
+# and 3): the release service under
 # `valgrind --tool=callgrind`, against a private redis-server, answering
 # sequential acquire+release pairs of one lock and `GET /healthz` requests
 # over one keep-alive connection. Three runs: 200 pairs + 200 /healthz,

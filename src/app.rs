@@ -244,9 +244,9 @@ pub fn run(mut config: Config) -> Result<(), String> {
     // the connection's writer task at once, so it wrote one command per
     // syscall; without it the writer runs after the other ready requests
     // and sends their commands together: 1.1-1.3x the acquire+release pairs
-    // per second at 16 and 64 connections on one core (README, benchmark
-    // section). The setting is in tokio's unstable API, enabled by
-    // `.cargo/config.toml`.
+    // per second at 16 and 64 connections on one core (the book's
+    // "Ablations (what paid, what did not)" (docs/src/benchmark.md)). The
+    // setting is in tokio's unstable API, enabled by `.cargo/config.toml`.
     #[cfg(tokio_unstable)]
     builder.disable_lifo_slot();
     let runtime = builder

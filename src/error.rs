@@ -1,5 +1,6 @@
 //! One error type for the whole HTTP surface, rendered as an RFC 9457
-//! `application/problem+json` document (see the README's "Errors" section).
+//! `application/problem+json` document (see the book's "Errors"
+//! (docs/src/errors.md)).
 //!
 //! Handlers return `Result<_, ApiError>`; the status mapping lives here and
 //! nowhere else. An `ApiError` carries a typed [`Problem`] — the very
@@ -158,7 +159,8 @@ pub struct Problem {
     /// On "not acquired" answers of what holders hold (`lock-held`,
     /// `no-permits`): the owner labels of the holds that block the request
     /// (at most 10; null for a hold without one; empty when only waiters
-    /// queued ahead block it). Never holder ids (README: "Who holds it").
+    /// queued ahead block it). Never holder ids (the book's "Who holds it"
+    /// (docs/src/who-holds-it.md)).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<Vec<Option<String>>>, example = json!(["web-7 pid 4242 POST /orders/42"]))]
     pub held_by: Option<Vec<Option<String>>>,

@@ -1,8 +1,8 @@
 //! `latchkey` as a client of a latchkey service, in the same binary as the
 //! server: run a command under a lock, a read or write lock or semaphore
 //! permits, wait on a latch or count one down, take rate-limiter permits,
-//! run a command in a session, list objects or show one (README "Client
-//! tools").
+//! run a command in a session, list objects or show one (the book's "Client
+//! tools" (docs/src/client-tools.md)).
 //!
 //! ```text
 //! latchkey lock NAME [--fair] [--wait-ms N] [--lease-ms N] [--holder ID] -- cmd args…
@@ -37,7 +37,8 @@ use service::{Again, Answer, Failure, Service};
 use supervise::{Hold, Signals};
 
 /// Exit codes of the client commands besides the command's own (and 128+n
-/// for a command ended by signal n); README "Client tools" lists them.
+/// for a command ended by signal n); the book's "Client tools"
+/// (docs/src/client-tools.md) lists them.
 pub mod exit {
     /// The service refused the request (a bad name or value, a semaphore
     /// or latch that does not exist), or the command line is wrong.
@@ -477,8 +478,8 @@ impl Target {
     }
 
     /// Whether a wait for it takes a place in a queue that outlasts the
-    /// request (README "Client tools"): fair locks, read-write locks and
-    /// semaphores; a plain lock keeps no queue.
+    /// request (the book's "Client tools" (docs/src/client-tools.md)): fair
+    /// locks, read-write locks and semaphores; a plain lock keeps no queue.
     fn queues(&self) -> bool {
         !matches!(self.kind, Kind::Lock)
     }

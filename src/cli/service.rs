@@ -1,6 +1,7 @@
 //! The client tools' side of the HTTP API: one request at a time to a
 //! latchkey service, and the wait loop that turns a wait of any length into
-//! long-polls the service accepts (README "Client tools").
+//! long-polls the service accepts (the book's "Client tools"
+//! (docs/src/client-tools.md)).
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `latchkey ls KIND` and `latchkey status KIND NAME`: what the service's
 //! listings and state reads say, as a table (or JSON) for terminals and
-//! scripts (README "Client tools").
+//! scripts (the book's "Client tools" (docs/src/client-tools.md)).
 //!
 //! Columns come from the JSON itself: every scalar member of the objects
 //! (`locked`, `hold_count`, `available`, `count`, `queued`, ...) and, when

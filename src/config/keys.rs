@@ -1,6 +1,6 @@
 //! API keys: the `api_keys` and `api_keys_file` entries parsed and checked
-//! at start, and a presented key found by its hash (README "API keys and
-//! namespaces").
+//! at start, and a presented key found by its hash (the book's "API keys
+//! and namespaces" (docs/src/api-keys.md)).
 //!
 //! Keys are configured as SHA-256 hashes, each bound to one namespace and
 //! one role. Reading and checking them is configuration; the HTTP side

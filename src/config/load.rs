@@ -201,8 +201,9 @@ pub(super) fn clap_error(
     Err(ConfigError(message))
 }
 
-/// Variables the client tools read or set (README "Client tools"), which
-/// the server knows are not its own settings.
+/// Variables the client tools read or set (the book's "Client tools"
+/// (docs/src/client-tools.md)), which the server knows are not its own
+/// settings.
 pub const CLIENT_VARIABLES: [&str; 6] = [
     "LATCHKEY_URL",
     "LATCHKEY_SESSION",

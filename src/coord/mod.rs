@@ -179,15 +179,16 @@ pub enum Refusal {
     SessionMismatch,
 }
 
-/// A session acting on a hold (README "Sessions"): an acquire in it, or
-/// its renewal of a hold. The primitive records the session in the hold
-/// (so that only this session renews and releases it on its behalf) and
-/// the version of the session's state the lease comes from: a hold keeps
-/// the newest version it applied and ignores older renewals, so a slow
-/// heartbeat never outruns a later one. The hold's script takes as its
-/// lease the session's end (`end_ms`) less its own now, so a try or a
-/// renewal that reaches Redis late (a stall, a retry) never makes the hold
-/// outlive the session; one that arrives after the end ends the hold.
+/// A session acting on a hold (the book's "Sessions"
+/// (docs/src/sessions.md)): an acquire in it, or its renewal of a hold.
+/// The primitive records the session in the hold (so that only this
+/// session renews and releases it on its behalf) and the version of the
+/// session's state the lease comes from: a hold keeps the newest version
+/// it applied and ignores older renewals, so a slow heartbeat never
+/// outruns a later one. The hold's script takes as its lease the session's
+/// end (`end_ms`) less its own now, so a try or a renewal that reaches
+/// Redis late (a stall, a retry) never makes the hold outlive the session;
+/// one that arrives after the end ends the hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionTerm<'a> {
     /// The session's id, namespaced like an object name.
@@ -198,7 +199,8 @@ pub struct SessionTerm<'a> {
     /// the session's Redis clock.
     pub end_ms: u64,
     /// The session's owner label: the label of a hold taken in it by an
-    /// acquire that sends none (README: "Who holds it").
+    /// acquire that sends none (the book's "Who holds it"
+    /// (docs/src/who-holds-it.md)).
     pub owner: Option<&'a str>,
 }
 

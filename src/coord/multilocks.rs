@@ -10,7 +10,7 @@
 //! order (the names sorted), and a lock that blocks makes the attempt give
 //! back what it took (its undo). That is all or nothing for holders, but
 //! not atomic to observers: a state read may see a part of the set held
-//! for a moment (README: "Multi-locks").
+//! for a moment (the book's "Multi-locks" (docs/src/multilocks.md)).
 
 use redis::Value;
 

@@ -288,8 +288,8 @@ impl RateLimiters {
         self.store.key(name, "rl")
     }
 
-    /// The bucket of `key` in limiter `name` (README: "Rate limits per
-    /// key").
+    /// The bucket of `key` in limiter `name` (the book's "Rate limits per
+    /// key" (docs/src/rate-limiters.md)).
     fn bucket_key(&self, name: &str, key: &str) -> String {
         self.store.key_of(&key_tag(name, key), &["rlk:", key])
     }

@@ -1,6 +1,7 @@
 //! RedLock (Redisson RedissonRedLock, the Redis "distlock" algorithm) over
-//! N ≥ 3 independent Redis nodes, as a plain Rust API. The README's
-//! "RedLock" section shows it in use; its guarantees section says what
+//! N ≥ 3 independent Redis nodes, as a plain Rust API. The book's
+//! "RedLock" (docs/src/redlock.md) shows it in use; the book's "RedLock:
+//! what it does and does not promise" (docs/src/guarantees.md) says what
 //! it does and does not promise.
 //!
 //! An acquire runs `scripts/redlock_acquire.lua` on every node at once,

@@ -2,7 +2,8 @@
 //! over the store: shared reentrant readers each with its own lease, one
 //! reentrant writer, downgrade and sole-reader upgrade, and waiters queued
 //! in arrival order across both modes (the policy is in
-//! `scripts/rw_acquire.lua` and the README's "Read-write locks").
+//! `scripts/rw_acquire.lua` and the book's "Read-write locks"
+//! (docs/src/rwlocks.md)).
 //!
 //! Redis layout of an rwlock named `n` (see `scripts/rw.lua`):
 //! `{prefix}{n}:rw` (holds), `:rw:readers` (reader → lease deadline),
@@ -136,8 +137,9 @@ impl RwLocks {
     /// [`Self::try_acquire`], or with `session` in a session; see
     /// [`crate::coord::locks::Locks::try_acquire_in`]. All the holder's
     /// holds on the rwlock are in one session or none. `owner` labels the
-    /// hold (README "Who holds it"); `None` keeps the label it has (a new
-    /// hold takes the label of the holder's hold in the other mode).
+    /// hold (the book's "Who holds it" (docs/src/who-holds-it.md)); `None`
+    /// keeps the label it has (a new hold takes the label of the holder's
+    /// hold in the other mode).
     pub async fn try_acquire_in(
         &self,
         name: &str,

@@ -4,7 +4,7 @@
 //! them back on release or when its lease lapses, so permits never leak.
 //! Waiters queue in arrival order; a request that fits may overtake
 //! waiters that do not, a bounded number of times (the policy is in
-//! `scripts/sem.lua` and the README's "Semaphores").
+//! `scripts/sem.lua` and the book's "Semaphores" (docs/src/semaphores.md)).
 //!
 //! Redis layout of a semaphore named `n` (see `scripts/sem.lua`):
 //! `{prefix}{n}:sem` (configuration; kept until deleted), `:sem:holds`,
@@ -143,7 +143,8 @@ impl Semaphores {
 
     /// [`Self::try_acquire`], or with `session` in a session; see
     /// [`crate::coord::locks::Locks::try_acquire_in`]. `owner` labels the
-    /// hold (README "Who holds it"); `None` keeps the label it has.
+    /// hold (the book's "Who holds it" (docs/src/who-holds-it.md)); `None`
+    /// keeps the label it has.
     pub async fn try_acquire_in(
         &self,
         name: &str,

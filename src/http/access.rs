@@ -1,5 +1,5 @@
-//! API keys, namespaces and roles over HTTP (README "API keys and
-//! namespaces").
+//! API keys, namespaces and roles over HTTP (the book's "API keys and
+//! namespaces" (docs/src/api-keys.md)).
 //!
 //! Keys are configured as SHA-256 hashes, each bound to one namespace and
 //! one role ([`Keys`], read and checked with the rest of the

@@ -1,8 +1,8 @@
-//! The operator console (README: "Who holds it"): one HTML page, its script
-//! and its style sheet, compiled into the binary. The page itself needs no
-//! key, like Swagger UI at `/docs`; every call it makes for data goes to the
-//! API with the key the operator gives it, so it sees exactly what that key
-//! may see.
+//! The operator console (the book's "The console" (docs/src/console.md)): one
+//! HTML page, its script and its style sheet, compiled into the binary. The
+//! page itself needs no key, like Swagger UI at `/docs`; every call it makes
+//! for data goes to the API with the key the operator gives it, so it sees
+//! exactly what that key may see.
 //!
 //! The page loads nothing from another host and runs under a
 //! Content-Security-Policy that allows only this origin (no inline script

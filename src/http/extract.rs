@@ -1,5 +1,5 @@
 //! Request extractors that answer in our problem format, and input rules
-//! shared by every resource (README: "Errors").
+//! shared by every resource (the book's "Errors" (docs/src/errors.md)).
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
@@ -156,9 +156,10 @@ pub fn check_session_in_path(id: &str) -> Result<(), ApiError> {
 
 /// An owner label (`"owner"` in an acquire or `POST /sessions`): who holds,
 /// in words, for people reading state reads, refusals and the console
-/// (README: "Who holds it"). Not a secret and no capability: every client
-/// of the namespace can read it. 1–200 bytes of UTF-8 without control
-/// characters; anything else fails the body (400 `invalid-body`).
+/// (the book's "Who holds it" (docs/src/who-holds-it.md)). Not a secret
+/// and no capability: every client of the namespace can read it. 1–200
+/// bytes of UTF-8 without control characters; anything else fails the body
+/// (400 `invalid-body`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Owner(String);
 
@@ -227,9 +228,9 @@ impl<'de> Deserialize<'de> for Owner {
 pub const MAX_LIMIT_KEY: usize = 256;
 
 /// A rate limit's key: whose bucket of the limiter an acquire draws from
-/// (a user id, an IP address; README: "Rate limits per key"). 1–256 bytes
-/// of UTF-8 without control characters; anything else fails the request
-/// (400 `invalid-body`).
+/// (a user id, an IP address; the book's "Rate limits per key"
+/// (docs/src/rate-limiters.md)). 1–256 bytes of UTF-8 without control
+/// characters; anything else fails the request (400 `invalid-body`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LimitKey(String);
 

@@ -1,6 +1,7 @@
 //! `/fair-locks/{name}/...`: reentrant locks granted in order of arrival
-//! (README: "Fair locks"). The same operations and bodies as `/locks`; a
-//! waiter's 409 and SSE `waiting` events carry its `position`.
+//! (the book's "Fair locks" (docs/src/fair-locks.md)). The same operations
+//! and bodies as `/locks`; a waiter's 409 and SSE `waiting` events carry
+//! its `position`.
 
 super::lock_family::lock_routes! {
     field: fair_locks,

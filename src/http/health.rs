@@ -1,4 +1,5 @@
-//! Operations endpoints (README: "Operations"): liveness, readiness, metrics.
+//! Operations endpoints (the book's "Operations" (docs/src/operations.md)):
+//! liveness, readiness, metrics.
 
 use axum::Json;
 use axum::extract::State;

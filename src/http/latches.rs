@@ -1,9 +1,9 @@
-//! `/latches/{name}/...`: count-down latches (README: "Count-down
-//! latches"). A wait is an [`Acquisition`] whose grant is the latch
-//! opening: it answers 200 with the latch's state whether or not it opened,
-//! and its SSE events are `count`, then `open` or `timeout`. Its waiters
-//! wait in [`WaitMode::Broadcast`]: one message per count-down answers all
-//! of them.
+//! `/latches/{name}/...`: count-down latches (the book's "Count-down latches"
+//! (docs/src/latches.md)). A wait is an [`Acquisition`] whose grant is the
+//! latch opening: it answers 200 with the latch's state whether or not it
+//! opened, and its SSE events are `count`, then `open` or `timeout`. Its
+//! waiters wait in [`WaitMode::Broadcast`]: one message per count-down
+//! answers all of them.
 
 use axum::Json;
 use axum::extract::State;

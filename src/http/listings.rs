@@ -1,6 +1,6 @@
 //! `GET /{kind}`: the objects of the caller's namespace, page by page,
-//! each with the state its `GET /{kind}/{name}` shows (README "Listing
-//! objects").
+//! each with the state its `GET /{kind}/{name}` shows (the book's "Listing
+//! objects" (docs/src/who-holds-it.md)).
 //!
 //! Each page `SCAN`s for the kind's defining key (a lock's hold hash, a
 //! configured semaphore, latch or rate limiter, a session, ...; see
@@ -290,7 +290,7 @@ macro_rules! listing {
         /// hold fewer than `limit` items and still have a `cursor`: follow
         /// it until it is `null`. An object that exists for the whole
         /// listing appears at least once; one can appear twice (see the
-        /// README's "Listing objects").
+        /// book's "Listing objects" (docs/src/who-holds-it.md)).
         #[utoipa::path(
             get,
             path = $path,

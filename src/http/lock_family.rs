@@ -233,7 +233,8 @@ impl Checked {
     }
 
     /// When a long-poll stops waiting; `None` for a try (`wait_ms: 0`),
-    /// which takes no place where waiters queue (README: "Fair locks").
+    /// which takes no place where waiters queue (the book's "Fair locks"
+    /// (docs/src/fair-locks.md)).
     pub fn deadline(&self) -> Option<Instant> {
         (self.wait_ms > 0).then(|| self.arrived + std::time::Duration::from_millis(self.wait_ms))
     }

@@ -1,5 +1,5 @@
-//! `/locks/{name}/...`: reentrant locks, not fair (README: "Using locks
-//! with curl").
+//! `/locks/{name}/...`: reentrant locks, not fair (the book's "Locks"
+//! (docs/src/locks.md)).
 
 super::lock_family::lock_routes! {
     field: locks,

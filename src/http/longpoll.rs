@@ -1,7 +1,8 @@
 //! The long-poll/SSE adapter: turns the wait engine's outcome into an HTTP
 //! answer — a long-poll response, or a Server-Sent Events stream (the
-//! README's "Using locks with curl" shows both; its guarantees section
-//! says what happens to give-backs and deadlines).
+//! book's "Locks" (docs/src/locks.md) shows both; the book's "What the
+//! guarantees are (and are not)" (docs/src/guarantees.md) says what
+//! happens to give-backs and deadlines).
 //!
 //! Every blocking acquire route describes itself as an [`Acquisition`] and
 //! calls [`respond`]. So does a latch's wait: an acquisition whose grant is

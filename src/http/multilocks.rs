@@ -1,5 +1,6 @@
 //! `/multilocks/...`: one holder takes a set of plain locks — the same
-//! objects as `/locks/{name}` — all or nothing (README: "Multi-locks").
+//! objects as `/locks/{name}` — all or nothing (the book's "Multi-locks"
+//! (docs/src/multilocks.md)).
 //! The names travel in the body, so these routes have no object in the
 //! path and a grant has no `Location`.
 

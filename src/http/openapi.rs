@@ -47,8 +47,9 @@ use crate::error::Problem;
             (`lease_ms − elapsed − drift`); every node is asked at once, each call bounded by a \
             tenth of the lease (at most 100 ms). 503 `quorum-unavailable` when too few nodes \
             answer; 503 `redlock-not-configured` on every route when no nodes are configured. \
-            Read the README's guarantees before relying on it: a plain lock with fencing tokens \
-            is often the better choice."),
+            Read the book's \"RedLock: what it does and does not promise\" \
+            (docs/src/guarantees.md) before relying on it: a plain lock with fencing tokens is \
+            often the better choice."),
         (name = "sessions", description = "Sessions (Consul sessions, etcd leases): one TTL that \
             holds of every primitive attach to. Acquire with `\"session\": id` in place of \
             `lease_ms` and the hold lives as long as the session: one session heartbeat renews \

@@ -2,7 +2,8 @@
 //! of each kind of lock, `no-permits`, `rate-limited`, `latch-exists`) and
 //! the details of its 404s. The handlers answer with these constructors, and
 //! the OpenAPI document's examples of error responses are built by them, so
-//! the examples show what the service sends (see the README's "Errors").
+//! the examples show what the service sends (see the book's "Errors"
+//! (docs/src/errors.md)).
 
 use axum::http::StatusCode;
 

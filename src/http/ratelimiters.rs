@@ -1,10 +1,10 @@
-//! `/rate-limiters/{name}/...`: GCRA rate limiters (README: "Rate
-//! limiters"). An acquire is an [`Acquisition`] in [`WaitMode::Watch`]
-//! whose first try either admits, refuses at once (the permits come later
-//! than `wait_ms`: [`Acquisition::may_wait`] says no), or reserves the
-//! permits for their exact time; the wait engine then only has to be there
-//! at that time (the try's `retry_after_ms`), and the limiter's channel
-//! wakes it early when the limiter is deleted (404).
+//! `/rate-limiters/{name}/...`: GCRA rate limiters (the book's "Rate
+//! limiters" (docs/src/rate-limiters.md)). An acquire is an [`Acquisition`]
+//! in [`WaitMode::Watch`] whose first try either admits, refuses at once (the
+//! permits come later than `wait_ms`: [`Acquisition::may_wait`] says no), or
+//! reserves the permits for their exact time; the wait engine then only has
+//! to be there at that time (the try's `retry_after_ms`), and the limiter's
+//! channel wakes it early when the limiter is deleted (404).
 
 use std::sync::Arc;
 

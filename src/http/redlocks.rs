@@ -1,8 +1,9 @@
-//! `/redlocks/{name}/...`: RedLock over independent Redis nodes (README:
-//! "RedLock"). The acquire is a blocking [`Acquisition`] like every other;
-//! its waiters wait in [`WaitMode::Relay`] (one local lead asks the nodes)
-//! and are woken by the wake messages a release publishes on the main
-//! Redis, or by their own timer when the blocking holds' leases end.
+//! `/redlocks/{name}/...`: RedLock over independent Redis nodes (the book's
+//! "RedLock" (docs/src/redlock.md)). The acquire is a blocking
+//! [`Acquisition`] like every other; its waiters wait in [`WaitMode::Relay`]
+//! (one local lead asks the nodes) and are woken by the wake messages a
+//! release publishes on the main Redis, or by their own timer when the
+//! blocking holds' leases end.
 //!
 //! Without configured nodes every route answers 503
 //! `redlock-not-configured`. The routes are not the lock family's

@@ -2,7 +2,8 @@
 //! OpenAPI document (`responses(…, NameErrors)` in a route's annotation),
 //! and the [`examples`] every documented error response shows.
 //!
-//! Every error is `application/problem+json` (see the README's "Errors").
+//! Every error is `application/problem+json` (see the book's "Errors"
+//! (docs/src/errors.md)).
 //! Each documented error response carries its own examples, one per
 //! problem type it can answer with, named after the slug: Swagger UI shows
 //! them in place of the `Problem` schema's single example, so a reader of
@@ -31,9 +32,10 @@ pub enum HoldMode {
     Write,
 }
 
-/// One current hold, as a state read shows it (README: "Who holds it"):
-/// who holds (the owner label, never the holder id), until when, since
-/// when, whether in a session (never its id), and what it holds.
+/// One current hold, as a state read shows it (the book's "Who holds it"
+/// (docs/src/who-holds-it.md)): who holds (the owner label, never the
+/// holder id), until when, since when, whether in a session (never its
+/// id), and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[schema(example = json!({
     "owner": "web-7 pid 4242 POST /orders/42",

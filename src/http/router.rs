@@ -157,7 +157,8 @@ pub fn router(state: AppState) -> Service {
                 .allow_headers([
                     header::CONTENT_TYPE,
                     header::ACCEPT,
-                    // API keys (README "API keys and namespaces").
+                    // API keys (the book's "API keys and namespaces"
+                    // (docs/src/api-keys.md)).
                     header::AUTHORIZATION,
                     REQUEST_ID,
                     IDEMPOTENCY_KEY,

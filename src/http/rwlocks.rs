@@ -1,4 +1,5 @@
-//! `/rwlocks/{name}/...`: read-write locks (README: "Read-write locks").
+//! `/rwlocks/{name}/...`: read-write locks (the book's "Read-write locks"
+//! (docs/src/rwlocks.md)).
 //! Acquire bodies, heartbeats and force unlock are the lock family's
 //! ([`HoldApi`] and `hold_routes!`); the grant adds the mode and both hold
 //! counts.

@@ -1,6 +1,6 @@
-//! `/semaphores/{name}/...`: semaphores whose permits are all leased
-//! (README: "Semaphores"). Heartbeats, releases, state reads and deletion
-//! are the lock family's generic handlers over [`HoldApi`]
+//! `/semaphores/{name}/...`: semaphores whose permits are all leased (the
+//! book's "Semaphores" (docs/src/semaphores.md)). Heartbeats, releases, state
+//! reads and deletion are the lock family's generic handlers over [`HoldApi`]
 //! (`hold_routes!`); the configuration (PUT) and the acquire are here.
 
 use axum::http::HeaderMap;

@@ -1,8 +1,9 @@
 //! `/sessions/...`: sessions (Consul sessions, etcd leases) that holds of
-//! every primitive attach to (README: "Sessions"), and what an acquire in
-//! a session adds to any primitive's acquire: [`respond`] wraps its
-//! [`Acquisition`] in [`InSession`], whose try takes the hold in the
-//! session and attaches it to the session before the grant is answered.
+//! every primitive attach to (the book's "Sessions" (docs/src/sessions.md)),
+//! and what an acquire in a session adds to any primitive's acquire:
+//! [`respond`] wraps its [`Acquisition`] in [`InSession`], whose try takes
+//! the hold in the session and attaches it to the session before the grant is
+//! answered.
 //!
 //! A session id is a capability like a holder id: server-made (128 random
 //! bits), shown only to the request that created it, never logged (routes

@@ -1,5 +1,5 @@
-//! `GET /whoami`: the namespace and role of the caller's API key (README
-//! "API keys and namespaces").
+//! `GET /whoami`: the namespace and role of the caller's API key (the
+//! book's "API keys and namespaces" (docs/src/api-keys.md)).
 
 use axum::Json;
 use serde::Serialize;

@@ -15,8 +15,8 @@
 //!
 //! Key layout: `{prefix}{<name>}:<part>`. Every key and channel of one
 //! object shares the hash tag `{<name>}`, so each script touches a single
-//! Redis Cluster slot. Names never contain braces (the README's "Using
-//! locks with curl" gives the allowed characters).
+//! Redis Cluster slot. Names never contain braces (the book's "Locks"
+//! (docs/src/locks.md) gives the allowed characters).
 
 pub mod backend;
 pub mod connector;
@@ -353,7 +353,8 @@ impl Store {
     /// (several keys are named for every script call). A namespaced name,
     /// `<namespace>/<name>` (a name never holds a `/`), is keyed
     /// `{prefix}<namespace>:{<name>}:…`: the namespace prefixes every key
-    /// and channel of its objects (README "API keys and namespaces").
+    /// and channel of its objects (the book's "API keys and namespaces"
+    /// (docs/src/api-keys.md)).
     pub fn key_of(&self, name: &str, parts: &[&str]) -> String {
         let prefix = &self.inner.prefix;
         let (namespace, name) = match name.split_once('/') {

@@ -1,6 +1,6 @@
-//! Listing keys page by page with `SCAN` (README "Listing objects"):
-//! never `KEYS`, a bounded number of `SCAN` calls per page, on every
-//! master of a Redis Cluster in a stable order.
+//! Listing keys page by page with `SCAN` (the book's "Listing objects"
+//! (docs/src/who-holds-it.md)): never `KEYS`, a bounded number of `SCAN`
+//! calls per page, on every master of a Redis Cluster in a stable order.
 //!
 //! A listing walks *shards*: the one server of a standalone or Sentinel
 //! deployment (its master), each master of a Cluster (ordered by the first

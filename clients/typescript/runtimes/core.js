@@ -9,9 +9,10 @@
 // runtime's entry gives it one).
 
 import { HoldLostError, Latchkey, NotAcquiredError, RateLimitedError, SessionLostError } from "../dist/index.js";
-// The READMEs' edge-function examples (examples/edge-function.ts and
-// examples/rate-limit-edge.ts), bundled by run.sh each with its own copy
-// of the client, as a deployed function has it.
+// The edge-function examples of the book's "Client tools"
+// (docs/src/client-tools.md: examples/edge-function.ts) and of the
+// client's README (examples/rate-limit-edge.ts), bundled by run.sh each
+// with its own copy of the client, as a deployed function has it.
 import example from "./build/edge-function.js";
 import limited, { PER_IP, SITE } from "./build/rate-limit-edge.js";
 
@@ -61,7 +62,7 @@ function within(ms, what, promise) {
 /**
  * Runs the core test. `url` and `apiKey` come from the runtime's
  * environment (LATCHKEY_URL, LATCHKEY_API_KEY); `runtime` names it in the
- * account. `example: false` leaves out the READMEs' examples (for a Worker
+ * account. `example: false` leaves out the edge-function examples (for a Worker
  * without `process.env`, where the examples' `new Latchkey()` cannot find
  * the service).
  */
@@ -249,7 +250,10 @@ async function runSession(lk, other, { url, apiKey }, steps) {
   steps.push("session deleted from outside: its signal and its hold's aborted (session-lost)");
 }
 
-/** The README's edge-function example, called as the runtime would call it. */
+/**
+ * The edge-function example of the book's "Client tools"
+ * (docs/src/client-tools.md), called as the runtime would call it.
+ */
 async function runExample(other, steps) {
   const orderId = unique("order");
   const order = () =>
@@ -272,7 +276,7 @@ async function runExample(other, steps) {
   } finally {
     await blocker.release();
   }
-  steps.push("the README's edge-function example: charged under the lock, 409 busy while another holds it");
+  steps.push("the book's edge-function example: charged under the lock, 409 busy while another holds it");
 }
 
 /** The environment's LATCHKEY_URL and LATCHKEY_API_KEY, as `get(name)` gives them. */

@@ -1,13 +1,13 @@
 // Runs the core test in workerd (Cloudflare Workers' runtime) through
 // Miniflare: the bundled worker.js (build/worker.js, made by run.sh) with
 // LATCHKEY_URL and LATCHKEY_API_KEY as its bindings, as two Workers: one
-// with no compatibility flag (the core test without the READMEs' examples,
-// which read `process.env`) and one with `nodejs_compat` (all of it, the
-// examples included, with `process.env` made from the bindings). One
-// request to each runs the test. Then what becomes of a hold's renewal
-// after the response: not renewed without `ctx.waitUntil` (its lease runs
-// out), renewed while `waitUntil` keeps the request alive. Exits 0 when
-// all of it passed, 1 otherwise.
+// with no compatibility flag (the core test without the edge-function
+// examples of the book and the client's README, which read `process.env`)
+// and one with `nodejs_compat` (all of it, the examples included, with
+// `process.env` made from the bindings). One request to each runs the test.
+// Then what becomes of a hold's renewal after the response: not renewed
+// without `ctx.waitUntil` (its lease runs out), renewed while `waitUntil`
+// keeps the request alive. Exits 0 when all of it passed, 1 otherwise.
 
 import { readFileSync } from "node:fs";
 import { Miniflare } from "miniflare";

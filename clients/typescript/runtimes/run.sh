@@ -13,10 +13,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 (cd .. && npm ci --silent --no-audit --no-fund && npm run --silent build)
 npm ci --silent --no-audit --no-fund
 
-# The READMEs' edge-function examples (TypeScript, importing "latchkey"),
-# each bundled with the built client as a deployed function would be;
-# core.js imports them. workerd and edge-runtime take one file: the test and the
-# client bundled.
+# The edge-function examples of the book's "Client tools"
+# (docs/src/client-tools.md) and of the client's README (TypeScript, importing
+# "latchkey"), each bundled with the built client as a deployed function would
+# be; core.js imports them. workerd and edge-runtime take one file: the test and
+# the client bundled.
 rm -rf build
 mkdir -p build
 for example in edge-function rate-limit-edge; do

@@ -3,9 +3,9 @@
 // it passed and 500 with the error when not. Bundled into one file with
 // esbuild by run.sh; run-workerd.js runs it in Miniflare and calls it.
 // LATCHKEY_URL and LATCHKEY_API_KEY are the Worker's bindings (`env`), and
-// with the `nodejs_compat` flag also `process.env`, where the READMEs'
-// examples find them; `?example=0` leaves the examples out (a Worker
-// without that flag).
+// with the `nodejs_compat` flag also `process.env`, where the edge-function
+// examples (of the book and of the client's README) find them; `?example=0`
+// leaves the examples out (a Worker without that flag).
 //
 // `/after-response` shows what happens to a hold's background renewal
 // once the response is sent: it takes a lock (lease 600 ms) and answers at

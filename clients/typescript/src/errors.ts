@@ -1,8 +1,9 @@
 /**
  * Errors. Every error the client throws is a {@link LatchkeyError}; answers
  * of the service carry its RFC 9457 problem document (`problem`) and HTTP
- * `status`. The problem slugs are listed in the README ("Errors") and in the
- * `ProblemType` schema of the OpenAPI document.
+ * `status`. The problem slugs are listed in the book's "Errors"
+ * (docs/src/errors.md) and in the `ProblemType` schema of the OpenAPI
+ * document.
  */
 
 /** An `application/problem+json` document, as the service sends it. */

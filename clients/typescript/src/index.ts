@@ -1,7 +1,8 @@
 /**
  * latchkey: Redisson-style distributed locks, semaphores, latches, rate
  * limiters and sessions over HTTP. The service's routes and semantics are described in the
- * repository's README and its OpenAPI document (`/openapi.json`).
+ * repository's book (docs/src/SUMMARY.md lists its chapters) and its OpenAPI document
+ * (`/openapi.json`).
  *
  * ```ts
  * import { Latchkey } from "latchkey";

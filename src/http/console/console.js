@@ -1,6 +1,7 @@
 // latchkey's operator console: what exists in the key's namespace, who
-// holds it, since when and until when, and who waits (README "Who holds
-// it"). Plain JavaScript, served by latchkey itself; no build step.
+// holds it, since when and until when, and who waits (the book's "The
+// console" (docs/src/console.md)). Plain JavaScript, served by latchkey
+// itself; no build step.
 //
 // Every value shown comes from the API and is put on the page as text
 // (textContent, attributes), never parsed as HTML: owner labels and names
@@ -24,8 +25,8 @@
   const apiBase = new URL('.', document.baseURI);
 
   /// The kinds of objects, in the order shown. `admin` is the admin action
-  /// (README "API keys and namespaces"): its label, what the confirmation
-  /// says, and whether it applies to an item.
+  /// (the book's "API keys and namespaces" (docs/src/api-keys.md)): its
+  /// label, what the confirmation says, and whether it applies to an item.
   const KINDS = [
     { kind: 'locks', title: 'Locks', noun: 'lock', state: lockState, held: isHeld,
       admin: { label: 'Force unlock', verb: 'Force unlock', effect: 'Every holder loses it at once; a holder that goes on working no longer has the lock.' } },

@@ -1,7 +1,7 @@
 -- hold_session: the session of a holder's hold, for the primitives that
 -- keep several holders' holds in one hash (read-write locks: KEYS[1];
 -- semaphores: KEYS[7]). Joined after queue.lua (its `now`) and before the
--- primitive's library. See the README's "Sessions".
+-- primitive's library. See the book's "Sessions" (docs/src/sessions.md).
 --
 -- Fields of `hash`, for a holder <h> whose hold was taken in a session
 -- (an rwlock holder's read and write holds are in one session or none):

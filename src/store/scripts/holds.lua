@@ -1,6 +1,6 @@
 -- holds: owner labels and grant times of holds, and how a state read
 -- reports one hold; joined before the scripts that record or show them
--- (README: "Who holds it").
+-- (the book's "Who holds it" (docs/src/who-holds-it.md)).
 --
 -- Storage convention, the same for every primitive: a hold records its
 -- owner label (field `o`, or `o|<holder>` where one hash keeps several

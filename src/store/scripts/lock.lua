@@ -16,12 +16,13 @@
 --   channel {prefix}{name}:lock:wake (pub/sub)
 --   The hold's owner label and grant time are the fields o and t
 --   (holds.lua, joined first, says how they are kept).
---   A hold taken in a session (README "Sessions") also records it in the
---   hash: s (the session), sv (the highest version of the session's state
---   applied to the hold: a renewal of an older version is ignored, so a
---   slow earlier session heartbeat never outruns a later one) and se (when
---   the session ends as of that version, in ms on this node's clock: a
---   direct heartbeat renews the hold no further).
+--   A hold taken in a session (the book's "Sessions"
+--   (docs/src/sessions.md)) also records it in the hash: s (the session),
+--   sv (the highest version of the session's state applied to the hold: a
+--   renewal of an older version is ignored, so a slow earlier session
+--   heartbeat never outruns a later one) and se (when the session ends as
+--   of that version, in ms on this node's clock: a direct heartbeat renews
+--   the hold no further).
 --
 -- Invariants: at most one holder; the hash exists only with a TTL (its
 -- lease, measured by Redis's own clock); tokens come only from INCR on the

@@ -1,6 +1,6 @@
--- redlock_acquire: one RedLock node's part of an acquire (see the
--- README's "RedLock"). Every node runs it on its own; the service counts
--- the grants and decides about the quorum.
+-- redlock_acquire: one RedLock node's part of an acquire (see the book's
+-- "RedLock" (docs/src/redlock.md)). Every node runs it on its own; the
+-- service counts the grants and decides about the quorum.
 --
 -- KEYS[1]  lock hash  {prefix}{name}:redlock
 --          fields: holder, token (the grant's fencing token once known),

@@ -221,7 +221,7 @@ local function grant_reply(mode, holder)
   return {1, tonumber(h[6]), rc, tonumber(h[7]), 'r', rc, wc}
 end
 
--- Sessions (README "Sessions"; hold_session.lua).
+-- Sessions (the book's "Sessions" (docs/src/sessions.md); hold_session.lua).
 
 -- When the holder's hold in `mode` ends (ms, Redis clock), or nil.
 local function ends(mode, holder)
@@ -265,7 +265,8 @@ local function extend(holder, lease, cap)
   end
 end
 
--- Who holds it (README "Who holds it"; holds.lua).
+-- Who holds it (the book's "Who holds it" (docs/src/who-holds-it.md);
+-- holds.lua).
 
 -- The owners of the live holds that block `holder` from a hold in `mode`
 -- (at most 10; '' for a hold without one): for a write, every other

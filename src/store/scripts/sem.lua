@@ -261,7 +261,7 @@ local function state_reply()
     hold_entries(100)}
 end
 
--- Sessions (README "Sessions"; hold_session.lua).
+-- Sessions (the book's "Sessions" (docs/src/sessions.md); hold_session.lua).
 
 -- Sets the holder's lease to end at `deadline` (ms, Redis clock); wakes
 -- the queue when it now ends earlier than it did, so that the waiters

@@ -8,7 +8,8 @@
 --
 -- The holder's entries are '<permits>|<holder>' (holder ids hold no '|'):
 -- one pass over the queue, in pages, finds them (only while someone
--- waits; by ZCARD and ZRANGE, commands the README's ACL already allows).
+-- waits; by ZCARD and ZRANGE, commands the ACL of the book's "Redis over
+-- TLS and with ACL users" (docs/src/tls-acl.md) already allows).
 --
 -- KEYS     as sem.lua's (the queue KEYS[4..6])
 -- ARGV[2]  holder id

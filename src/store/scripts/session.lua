@@ -2,7 +2,7 @@
 -- etcd lease) is one hash that many holds attach to; its TTL is the
 -- session's, and the holds' own leases are kept aligned with it by the
 -- service (each hold lives in its own object's hash slot, so no script can
--- reach them all: see the README's "Sessions").
+-- reach them all: see the book's "Sessions" (docs/src/sessions.md)).
 --
 -- KEYS[1]  hash {prefix}{id}:session (namespaced like every object)
 --          ttl                 the session's TTL in ms (what a heartbeat
