@@ -33,12 +33,21 @@ local function index_key(mode, holder, level)
   return 'i|' .. mode .. '|' .. holder .. '|' .. level
 end
 
--- Calls `command` on the hash with the list `fields` as its arguments, at
--- most 1000 at a time (unpack's limit); returns the replies joined.
+-- Calls `command` ('HMGET' or 'HDEL') on the hash with the list `fields`
+-- as its arguments, at most 1000 at a time (unpack's limit); returns the
+-- replies joined. Each command is named literally, so that every command
+-- a script calls can be read from its text (the documented ACL is checked
+-- against it).
 local function on_fields(command, fields)
   local replies = {}
   for i = 1, #fields, 1000 do
-    local reply = redis.call(command, KEYS[1], unpack(fields, i, math.min(i + 999, #fields)))
+    local last = math.min(i + 999, #fields)
+    local reply
+    if command == 'HMGET' then
+      reply = redis.call('HMGET', KEYS[1], unpack(fields, i, last))
+    else
+      reply = redis.call('HDEL', KEYS[1], unpack(fields, i, last))
+    end
     if type(reply) == 'table' then
       for _, r in ipairs(reply) do
         replies[#replies + 1] = r
