@@ -39,18 +39,28 @@ end
 -- for a hold that is not new), under the fields `o<suffix>` and
 -- `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
 -- other fields anyway writes these in the same HSET.
+-- The label to write for `owner` ('' or nil: keep the label there is; a
+-- lent label is written only on a new hold), or nil.
+local function label_to_write(owner, new)
+  local lent = lent_owner(owner)
+  if lent then
+    owner = new and lent or ''
+  end
+  if owner ~= nil and owner ~= '' then
+    return owner
+  end
+  return nil
+end
+
 local function owner_fields(fields, suffix, owner, granted_at)
   if granted_at then
     fields[#fields + 1] = 't' .. suffix
     fields[#fields + 1] = granted_at
   end
-  local lent = lent_owner(owner)
-  if lent then
-    owner = granted_at and lent or ''
-  end
-  if owner ~= nil and owner ~= '' then
+  local label = label_to_write(owner, granted_at ~= nil)
+  if label then
     fields[#fields + 1] = 'o' .. suffix
-    fields[#fields + 1] = owner
+    fields[#fields + 1] = label
   end
 end
 
@@ -62,12 +72,9 @@ local function record_owner(hash, suffix, owner, new)
   if new then
     redis.call('HSET', hash, 't' .. suffix, holds_now())
   end
-  local lent = lent_owner(owner)
-  if lent then
-    owner = new and lent or ''
-  end
-  if owner ~= nil and owner ~= '' then
-    redis.call('HSET', hash, 'o' .. suffix, owner)
+  local label = label_to_write(owner, new)
+  if label then
+    redis.call('HSET', hash, 'o' .. suffix, label)
   end
 end
 
