@@ -1,30 +1,28 @@
 //! JSON logs through `tracing`, filtered by `LATCHKEY_LOG`.
 //!
 //! Holder ids are capabilities: nothing at info level or above logs them,
-//! and request spans carry the route template, not the raw path.
+//! and a request's lines carry the route template, not the raw path.
 //!
-//! Every request has a span (method, route, request id), but most requests
-//! log nothing. The JSON layer formats a span's fields into a JSON string
-//! when the span is created, which cost about a twentieth of a lock
-//! acquire's instructions in the service whether or not a line was ever
-//! written. [`Deferred`] keeps a span's fields as they were recorded and
-//! formats them, with the JSON layer's own visitor, only when an event in
-//! that span is logged: the lines are the same, and a request that logs
-//! nothing pays only for copying its fields.
+//! Every line logged while a request is served names it, as a span called
+//! `request` would (`"span"` and `"spans"` with its method, route and
+//! request id). But most requests log nothing, and a `tracing` span costs
+//! every request its creation, its closing and an enter and exit at every
+//! poll, whether or not a line is written. So a request has no span: its
+//! [`RequestLabels`] sit, unformatted, in a task-local of the request's
+//! task, and [`WithRequest`] writes them into a line only when one is
+//! written. The lines are the same as a span's (a test compares them).
 
 use std::fmt;
-use std::ops::Range;
+use std::future::Future;
 
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::subscriber::{Interest, Subscriber};
-use tracing::{Event, Metadata};
+use axum::extract::MatchedPath;
+use axum::http::HeaderValue;
+use serde::Serialize;
+use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::field::VisitOutput;
-use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::fmt::FormattedFields;
-use tracing_subscriber::fmt::format::{JsonFields, JsonVisitor};
-use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, MakeWriter};
+use tracing_subscriber::layer::Layer;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -34,247 +32,115 @@ pub fn init(filter: &str) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(Deferred::new(json_layer(std::io::stdout)))
+        .with(json_layer(std::io::stdout))
         .try_init();
 }
 
 /// The JSON layer every line goes through: the current span and the span
-/// list, with targets.
+/// list (the request's labels first, when a request is served), with
+/// targets.
 fn json_layer<S, W>(writer: W) -> impl Layer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
-    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt::layer()
+    let lines = tracing_subscriber::fmt::format()
         .json()
         .with_current_span(true)
-        .with_target(true)
+        .with_target(true);
+    tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .fmt_fields(JsonFields::new())
+        .event_format(WithRequest(lines))
         .with_writer(writer)
 }
 
-/// A field value as it was recorded, to be replayed to the JSON visitor;
-/// text values are ranges of [`Recorded::text`].
-enum Value {
-    Str(Range<usize>),
-    Debug(Range<usize>),
-    I64(i64),
-    U64(u64),
-    I128(i128),
-    U128(u128),
-    F64(f64),
-    Bool(bool),
+/// What names a request on the lines logged while it is served.
+#[derive(Clone, Debug)]
+pub struct RequestLabels {
+    pub method: &'static str,
+    /// The route template (`None`: no route matched).
+    pub route: Option<MatchedPath>,
+    pub request_id: HeaderValue,
 }
 
-/// A span's fields, kept unformatted until a line needs them. The text of
-/// every string and `Debug` value goes into one buffer: a request's span
-/// costs two allocations, not one per field.
-struct Recorded {
-    fields: Vec<(Field, Value)>,
-    text: String,
+tokio::task_local! {
+    static REQUEST: RequestLabels;
 }
 
-impl Recorded {
-    /// Room for a span's declared fields and their usual text (a method,
-    /// a route template and a request id), so recording them allocates
-    /// once for each.
-    fn for_span(attrs: &Attributes<'_>) -> Self {
-        Recorded {
-            fields: Vec::with_capacity(attrs.metadata().fields().len()),
-            text: String::with_capacity(96),
-        }
+impl RequestLabels {
+    /// Runs `future` as this request: every line logged while it is polled
+    /// names the request.
+    pub async fn serve<F: Future>(self, future: F) -> F::Output {
+        REQUEST.scope(self, future).await
     }
 
-    fn push_text(&mut self, field: &Field, text: impl fmt::Display, debug: bool) {
-        use std::fmt::Write as _;
-        let start = self.text.len();
-        // Writing to a String cannot fail.
-        let _ = write!(self.text, "{text}");
-        let range = start..self.text.len();
-        let value = if debug {
-            Value::Debug(range)
-        } else {
-            Value::Str(range)
+    /// Runs `f` as this request (for lines logged outside its future).
+    pub fn in_scope<R>(self, f: impl FnOnce() -> R) -> R {
+        REQUEST.sync_scope(self, f)
+    }
+
+    /// The labels as the JSON layer writes a span named `request` with
+    /// these fields.
+    fn to_json(&self) -> String {
+        // The JSON layer writes a span's fields in the order of their
+        // names, then the span's name.
+        #[derive(Serialize)]
+        struct Span<'a> {
+            method: &'a str,
+            request_id: &'a str,
+            route: &'a str,
+            name: &'static str,
+        }
+        let span = Span {
+            method: self.method,
+            request_id: self.request_id.to_str().unwrap_or(""),
+            route: self.route.as_ref().map_or("unmatched", MatchedPath::as_str),
+            name: "request",
         };
-        self.fields.push((field.clone(), value));
+        serde_json::to_string(&span).expect("strings always serialize")
     }
 }
 
-/// Shows a `Debug` value with `Display` (to write it into the buffer).
-struct AsDebug<'a>(&'a dyn fmt::Debug);
+/// The JSON event format, plus the request being served (if any) as the
+/// outermost span of the line: its `"span"` when no span of its own is
+/// current, and the first of its `"spans"`.
+pub struct WithRequest<F>(F);
 
-impl fmt::Display for AsDebug<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.0, f)
-    }
-}
-
-impl Visit for Recorded {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.push_text(field, value, false);
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.push_text(field, AsDebug(value), true);
-    }
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.fields.push((field.clone(), Value::I64(value)));
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.fields.push((field.clone(), Value::U64(value)));
-    }
-    fn record_i128(&mut self, field: &Field, value: i128) {
-        self.fields.push((field.clone(), Value::I128(value)));
-    }
-    fn record_u128(&mut self, field: &Field, value: u128) {
-        self.fields.push((field.clone(), Value::U128(value)));
-    }
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.fields.push((field.clone(), Value::F64(value)));
-    }
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.fields.push((field.clone(), Value::Bool(value)));
-    }
-}
-
-/// Shows an already formatted `Debug` value as it was.
-struct Verbatim<'a>(&'a str);
-
-impl fmt::Debug for Verbatim<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl Recorded {
-    /// The fields as the JSON layer would have formatted them when the
-    /// span was created (same visitor, same order of recording).
-    fn format(&self) -> FormattedFields<JsonFields> {
-        let mut fields = FormattedFields::<JsonFields>::new(String::new());
-        let mut writer = fields.as_writer();
-        let mut visitor = JsonVisitor::new(&mut writer);
-        for (field, value) in &self.fields {
-            match value {
-                Value::Str(range) => visitor.record_str(field, &self.text[range.clone()]),
-                Value::Debug(range) => {
-                    visitor.record_debug(field, &Verbatim(&self.text[range.clone()]))
-                }
-                Value::I64(v) => visitor.record_i64(field, *v),
-                Value::U64(v) => visitor.record_u64(field, *v),
-                Value::I128(v) => visitor.record_i128(field, *v),
-                Value::U128(v) => visitor.record_u128(field, *v),
-                Value::F64(v) => visitor.record_f64(field, *v),
-                Value::Bool(v) => visitor.record_bool(field, *v),
-            }
-        }
-        // Writing to a String cannot fail.
-        let _ = visitor.finish();
-        fields
-    }
-}
-
-/// Wraps the JSON layer: records span fields without formatting them, and
-/// formats those of the spans an event is logged in just before the JSON
-/// layer writes it. Everything else goes to the JSON layer unchanged.
-pub struct Deferred<L> {
-    inner: L,
-}
-
-impl<L> Deferred<L> {
-    pub fn new(inner: L) -> Self {
-        Deferred { inner }
-    }
-}
-
-impl<S, L> Layer<S> for Deferred<L>
+impl<S, N, F> FormatEvent<S, N> for WithRequest<F>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
-    L: Layer<S>,
+    N: for<'w> FormatFields<'w> + 'static,
+    F: FormatEvent<S, N>,
 {
-    fn on_register_dispatch(&self, subscriber: &tracing::Dispatch) {
-        self.inner.on_register_dispatch(subscriber);
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        // As for a span: an event given no parent still names the current
+        // one (the JSON layer falls back to it).
+        let Ok(request) = REQUEST.try_with(RequestLabels::to_json) else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::with_capacity(256);
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        with_request(&mut line, &request);
+        writer.write_str(&line)
     }
+}
 
-    fn on_layer(&mut self, subscriber: &mut S) {
-        self.inner.on_layer(subscriber);
-    }
-
-    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        self.inner.register_callsite(metadata)
-    }
-
-    fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
-        self.inner.enabled(metadata, ctx)
-    }
-
-    fn max_level_hint(&self) -> Option<LevelFilter> {
-        self.inner.max_level_hint()
-    }
-
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let Some(span) = ctx.span(id) else { return };
-        let mut recorded = Recorded::for_span(attrs);
-        attrs.record(&mut recorded);
-        span.extensions_mut().insert(recorded);
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id) {
-            let mut extensions = span.extensions_mut();
-            if let Some(recorded) = extensions.get_mut::<Recorded>() {
-                values.record(recorded);
-                // Formatted already (a line was written in it): the JSON
-                // layer adds the new values to its string itself.
-                if extensions
-                    .get_mut::<FormattedFields<JsonFields>>()
-                    .is_none()
-                {
-                    return;
-                }
-            }
-        }
-        self.inner.on_record(id, values, ctx);
-    }
-
-    fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
-        self.inner.on_follows_from(span, follows, ctx);
-    }
-
-    fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
-        self.inner.event_enabled(event, ctx)
-    }
-
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        if let Some(scope) = ctx.event_scope(event) {
-            for span in scope {
-                let mut extensions = span.extensions_mut();
-                if extensions
-                    .get_mut::<FormattedFields<JsonFields>>()
-                    .is_some()
-                {
-                    continue;
-                }
-                let formatted = extensions.get_mut::<Recorded>().map(|r| r.format());
-                if let Some(formatted) = formatted {
-                    extensions.insert(formatted);
-                }
-            }
-        }
-        self.inner.on_event(event, ctx);
-    }
-
-    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        self.inner.on_enter(id, ctx);
-    }
-
-    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        self.inner.on_exit(id, ctx);
-    }
-
-    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        self.inner.on_close(id, ctx);
-    }
-
-    fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
-        self.inner.on_id_change(old, new, ctx);
+/// Adds the request's span to a JSON line: first in `"spans"` if the line
+/// has its own spans (the list runs from the root; no field value can
+/// hold the key's text unescaped), or as `"span"` and the only one of
+/// `"spans"` at the end of the object (the last keys the layer writes).
+fn with_request(line: &mut String, request: &str) {
+    const SPANS: &str = "\"spans\":[";
+    if let Some(at) = line.rfind(SPANS) {
+        line.insert_str(at + SPANS.len(), &format!("{request},"));
+    } else if let Some(end) = line.rfind('}') {
+        line.insert_str(end, &format!(",\"span\":{request},\"spans\":[{request}]"));
     }
 }
 
@@ -282,6 +148,11 @@ where
 mod tests {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
 
     use super::*;
 
@@ -299,7 +170,7 @@ mod tests {
         }
     }
 
-    impl<'w> tracing_subscriber::fmt::MakeWriter<'w> for Lines {
+    impl<'w> MakeWriter<'w> for Lines {
         type Writer = Lines;
         fn make_writer(&'w self) -> Lines {
             self.clone()
@@ -308,7 +179,7 @@ mod tests {
 
     impl Lines {
         /// The lines written, each without its timestamp (compared as
-        /// text: the order of the fields counts too).
+        /// text: the order of the keys counts too).
         fn taken(&self) -> Vec<String> {
             let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
             text.lines()
@@ -321,20 +192,37 @@ mod tests {
         }
     }
 
-    /// What a request's life logs: events in its span and in a nested one,
-    /// fields recorded later, fields of every kind, and a span nothing is
-    /// logged in.
-    fn requests() {
-        let quiet = tracing::info_span!("request", method = "GET", route = "/healthz");
-        quiet.in_scope(|| tracing::debug!("filtered out"));
-        let span = tracing::info_span!(
-            "request",
-            method = "POST",
-            route = "/locks/{name}/acquire",
-            request_id = "3f9c0f3e",
-            later = tracing::field::Empty,
+    /// The route template axum matched for `path` under `template`.
+    async fn matched(template: &str, path: &str) -> MatchedPath {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let app = Router::new().route(
+            template,
+            get(move |route: MatchedPath| async move { sender.send(route).unwrap() }),
         );
-        span.in_scope(|| {
+        let request = axum::http::Request::get(path).body(Body::empty()).unwrap();
+        app.oneshot(request).await.unwrap();
+        receiver.recv().unwrap()
+    }
+
+    /// One request as the service serves it now, or as a `request` span
+    /// with the same fields (how lines were written before).
+    type Serve<'a> = &'a dyn Fn(&RequestLabels, &mut dyn FnMut());
+
+    /// What requests log: a line outside any request, a quiet request, lines
+    /// in a request and in a span inside it, a line given no parent, an
+    /// unmatched route, and a request id that JSON must escape.
+    fn requests(acquire: &MatchedPath, serve: Serve<'_>) {
+        tracing::info!(ready = true, "outside any request");
+        let labels = |method, route: Option<&MatchedPath>, id: &'static str| RequestLabels {
+            method,
+            route: route.cloned(),
+            request_id: HeaderValue::from_static(id),
+        };
+        serve(&labels("GET", Some(acquire), "quiet"), &mut || {
+            tracing::debug!("filtered out")
+        });
+        let post = labels("POST", Some(acquire), "3f9c0f3e");
+        serve(&post, &mut || {
             tracing::warn!(status = 503, "first line");
             let inner = tracing::info_span!(
                 "store",
@@ -346,35 +234,87 @@ mod tests {
                 fresh = true,
             );
             inner.in_scope(|| tracing::error!(error = %"refused", "inner line"));
+            tracing::info!(parent: None, "a line given no parent");
+            tracing::info!("after the inner span");
         });
-        span.record("later", "recorded after a line");
-        span.in_scope(|| tracing::info!("after the record"));
-        let unformatted =
-            tracing::info_span!("request", route = "/x", later = tracing::field::Empty);
-        unformatted.record("later", 7u64);
-        unformatted.in_scope(|| tracing::info!(answer = 42, "recorded before any line"));
+        serve(&labels("other", None, "say \"hi\" \\ back"), &mut || {
+            tracing::error!(status = 404, "unmatched")
+        });
     }
 
-    #[test]
-    fn deferred_span_fields_make_the_same_json_lines_as_the_json_layer() {
-        let today = Lines::default();
+    #[tokio::test]
+    async fn request_lines_are_the_lines_of_a_request_span() {
+        let acquire = matched("/locks/{name}/acquire", "/locks/orders/acquire").await;
+
+        let span = Lines::default();
         let subscriber = tracing_subscriber::fmt()
             .json()
             .with_env_filter(EnvFilter::new("info"))
             .with_current_span(true)
             .with_target(true)
-            .with_writer(today.clone())
+            .with_writer(span.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, requests);
+        tracing::subscriber::with_default(subscriber, || {
+            requests(&acquire, &|labels, f| {
+                let route = labels
+                    .route
+                    .as_ref()
+                    .map_or("unmatched", MatchedPath::as_str);
+                tracing::info_span!(
+                    "request",
+                    method = labels.method,
+                    route,
+                    request_id = labels.request_id.to_str().unwrap(),
+                )
+                .in_scope(f)
+            })
+        });
 
-        let deferred = Lines::default();
+        let task_local = Lines::default();
         let subscriber = tracing_subscriber::registry()
             .with(EnvFilter::new("info"))
-            .with(Deferred::new(json_layer(deferred.clone())));
-        tracing::subscriber::with_default(subscriber, requests);
+            .with(json_layer(task_local.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            requests(&acquire, &|labels, f| labels.clone().in_scope(f))
+        });
 
-        let (today, deferred) = (today.taken(), deferred.taken());
-        assert_eq!(today.len(), 4, "{today:#?}");
-        assert_eq!(deferred, today);
+        let (span, task_local) = (span.taken(), task_local.taken());
+        assert_eq!(span.len(), 6, "{span:#?}");
+        assert!(
+            span[1].contains(r#""spans":[{"method":"POST""#),
+            "{span:#?}"
+        );
+        assert_eq!(task_local, span);
+    }
+
+    /// A request's future names it on every line, across its polls.
+    #[tokio::test]
+    async fn a_request_future_is_named_across_its_polls() {
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(EnvFilter::new("info"))
+            .with(json_layer(lines.clone()));
+        let _default = tracing::subscriber::set_default(subscriber);
+        let labels = RequestLabels {
+            method: "GET",
+            route: None,
+            request_id: HeaderValue::from_static("polled"),
+        };
+        labels
+            .serve(async {
+                tracing::info!("before a yield");
+                tokio::task::yield_now().await;
+                tracing::info!("after a yield");
+            })
+            .await;
+        tracing::info!("after the request");
+        let lines = lines.taken();
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(
+            lines[..2]
+                .iter()
+                .all(|l| l.contains(r#""request_id":"polled""#))
+        );
+        assert!(!lines[2].contains("span"), "{}", lines[2]);
     }
 }

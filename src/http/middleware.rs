@@ -1,5 +1,5 @@
 //! Cross-cutting HTTP layers. [`observe`] is one middleware for what every
-//! request needs after routing — a request id, a tracing span, metrics by
+//! request needs after routing — a request id, the labels its log lines carry, metrics by
 //! route template, panic catching and problem+json for error responses
 //! that did not come from our handlers — so that a request pays for one
 //! per-route layer, not five (see [`crate::http::router`]).
@@ -12,16 +12,16 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
-use tracing::Instrument;
 
 use crate::error::{self, ApiError, PROBLEM_CONTENT_TYPE};
 use crate::metrics::Metrics;
+use crate::telemetry::RequestLabels;
 
 /// Correlates a request across services: kept if the client sent one,
 /// generated (a UUID) otherwise, and echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Request id, tracing span, metrics, panic catching and problem+json for
+/// Request id, log labels, metrics, panic catching and problem+json for
 /// one request.
 pub async fn observe(State(metrics): State<Metrics>, mut request: Request, next: Next) -> Response {
     let request_id = match request.headers().get(&REQUEST_ID) {
@@ -35,27 +35,29 @@ pub async fn observe(State(metrics): State<Metrics>, mut request: Request, next:
     };
     // Route template only (never the raw path: it carries names and
     // holder ids).
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let method = method_label(request.method());
-    let span = tracing::info_span!(
-        "request",
+    // What names the request on its log lines: kept as it is, formatted
+    // only if a line is written (see `telemetry`).
+    let labels = RequestLabels {
         method,
-        route,
-        request_id = request_id.to_str().unwrap_or(""),
-    );
+        route: matched.clone(),
+        request_id: request_id.clone(),
+    };
     let started = Instant::now();
     // A bug must still answer (500 `internal`, detail not leaked) rather
-    // than drop the connection; the panic is logged in the request's span.
-    let answered = AssertUnwindSafe(next.run(request).instrument(span.clone()))
+    // than drop the connection; the panic is logged as the request's.
+    let answered = AssertUnwindSafe(labels.clone().serve(next.run(request)))
         .catch_unwind()
         .await;
-    let answered = answered.unwrap_or_else(|panic| span.in_scope(|| panic_response(panic)));
+    let answered =
+        answered.unwrap_or_else(|panic| labels.clone().in_scope(|| panic_response(panic)));
     let mut response = problem_json(answered);
     let elapsed = started.elapsed();
     let status = response.status();
     if status.is_server_error() {
-        span.in_scope(|| {
+        labels.in_scope(|| {
             tracing::error!(
                 status = status.as_u16(),
                 latency_ms = elapsed.as_millis() as u64,

@@ -109,7 +109,7 @@ type Limited = <DefaultBodyLimit as Layer<Router>>::Service;
 pub type Service = Either<Cors<Limited>, Limited>;
 
 /// The router with every layer: Swagger UI, the console and fallbacks, one
-/// [`middleware::observe`] layer (request id, tracing span, metrics, panic
+/// [`middleware::observe`] layer (request id, log labels, metrics, panic
 /// catching, problem+json for errors), the body limit and CORS.
 ///
 /// `observe` needs the matched route template, so it is the one layer

@@ -245,6 +245,66 @@ async fn an_out_of_memory_redis_answers_503_naming_the_condition() {
     );
 }
 
+/// A request that logs names itself on its line, at the default level, as
+/// a span called `request` would: its method, route template and request
+/// id, in `span` and as the first of `spans` (the binary, its real log).
+#[tokio::test]
+async fn a_request_that_logs_names_its_request_on_the_line() {
+    use std::io::{BufRead, BufReader};
+    let redis = redis();
+    let (mut child, port) = start_binary(&redis.url(), &[("LATCHKEY_LOG", "info")]);
+    let (sender, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let (client, base) = (reqwest::Client::new(), format!("http://127.0.0.1:{port}"));
+    assert!(
+        binary_ready(&client, &base).await,
+        "the binary became ready"
+    );
+    // Redis refuses every write: the acquire answers 503, which is logged.
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let response = client
+        .post(format!("{base}/locks/logged/acquire"))
+        .header("x-request-id", "trace \"me\" 42")
+        .json(&json!({"holder": "h"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let line = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(10)).ok())
+        .find(|l| l.contains("response failed"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let line = line.expect("the 503 is logged");
+    let log: serde_json::Value = serde_json::from_str(&line).expect("JSON log line");
+    let request = json!({
+        "method": "POST",
+        "request_id": "trace \"me\" 42",
+        "route": "/locks/{name}/acquire",
+        "name": "request",
+    });
+    assert_eq!(log["level"], "ERROR", "{line}");
+    assert_eq!(log["fields"]["status"], 503, "{line}");
+    assert_eq!(log["span"], request, "{line}");
+    assert_eq!(log["spans"], json!([request]), "{line}");
+    // The keys in the order the JSON layer writes a span's.
+    assert!(
+        line.contains(r#""span":{"method":"POST","request_id":"trace \"me\" 42","route":"/locks/{name}/acquire","name":"request"}"#),
+        "{line}"
+    );
+}
+
 /// An eviction policy other than `noeviction` can silently drop fencing
 /// counters and holds: the binary warns about it at start.
 #[test]
