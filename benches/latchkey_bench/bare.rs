@@ -2,8 +2,9 @@
 //! serve one bare axum route on the default tokio runtime, pinned like the
 //! service. Whatever latchkey adds (routing, layers, JSON, Redis) shows up
 //! as the gap between its `/healthz` and this route. Three more routes
-//! give the parked-waiter reference: `GET /park` waits until
-//! `GET /unpark`, and `GET /parked` counts the requests waiting.
+//! give the parked-waiter reference and the bare fan-out (the HTTP ceiling
+//! of a latch fan-out): `GET /park` waits until `GET /unpark`, and
+//! `GET /parked` counts the requests waiting.
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};

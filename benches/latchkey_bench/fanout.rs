@@ -25,6 +25,15 @@
 //! *sent* to the last waiter task woken (from the reply it is 0: every
 //! waiter is woken before the reply is read), and compared with the
 //! service's figure from the count-down sent.
+//!
+//! And the HTTP ceiling, in the same rounds: the **bare axum fan-out**, the
+//! same number of GET `/park` requests parked on the bare axum server (one
+//! reqwest request, so one connection, each, as latchkey's waiters), all
+//! released by one GET `/unpark` once `/parked` counts them; its latency is
+//! `/unpark` *sent* → the last parked request answered (each body must be
+//! "unparked"). What the floor never does, it does: write one HTTP response
+//! per waiter. The bare server is ONE process, where latchkey's waiters are
+//! spread over two instances.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +43,7 @@ use reqwest::StatusCode;
 use tokio::task::JoinSet;
 
 use crate::client::expect_status;
+use crate::parked::{self, Variant};
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile};
 use crate::tasks::join_all;
@@ -55,6 +65,10 @@ pub struct Row {
     /// The Redis latch + pub/sub floor's p99 from the count-down sent
     /// (same rounds).
     pub floor_p99_ms: f64,
+    /// The bare axum fan-out's p50 and p99 from `/unpark` sent (same
+    /// rounds; one process).
+    pub bare_p50_ms: f64,
+    pub bare_p99_ms: f64,
     /// Median over fan-outs.
     pub commands_per: f64,
     /// The most in any fan-out.
@@ -152,21 +166,32 @@ async fn fan_out(
             "count-down: expected it to open the latch, got {reply}"
         ));
     }
-    let mut errors = Vec::new();
-    let answered = join_all(&mut tasks, DEADLINE, &mut errors).await;
+    let answered = last_answer(&mut tasks, waiters, "waiters").await;
     let commands = admin.total_commands().await? - before;
-    if let Some(e) = errors.into_iter().next() {
-        return Err(e);
-    }
-    if answered.len() != waiters {
-        return Err(format!("{} of {waiters} waiters answered", answered.len()));
-    }
-    let last = answered.into_iter().max().unwrap_or(replied);
+    let last = answered?.unwrap_or(replied);
     Ok(Sample {
         latency: last.saturating_duration_since(replied),
         from_sent: last.saturating_duration_since(sent),
         commands,
     })
+}
+
+/// Waits for the tasks of `waiters` requests (`what`), which must all be
+/// answered; the last answer's instant.
+async fn last_answer(
+    tasks: &mut JoinSet<Result<Instant, String>>,
+    waiters: usize,
+    what: &str,
+) -> Result<Option<Instant>, String> {
+    let mut errors = Vec::new();
+    let answered = join_all(tasks, DEADLINE, &mut errors).await;
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    if answered.len() != waiters {
+        return Err(format!("{} of {waiters} {what} answered", answered.len()));
+    }
+    Ok(answered.into_iter().max())
 }
 
 /// The count-down of the floor's latch: `KEYS[1]` its count, `KEYS[2]` its
@@ -238,16 +263,53 @@ async fn floor_fan_out(
     Ok(last.saturating_duration_since(sent))
 }
 
+/// One fan-out of the bare axum server at `bare` (see the module's doc):
+/// `/unpark` sent → the last of `waiters` parked GETs answered.
+async fn bare_fan_out(
+    client: &reqwest::Client,
+    bare: &str,
+    waiters: usize,
+) -> Result<Duration, String> {
+    // Parked already (none, unless an earlier fan-out failed): released
+    // with these, but not counted as these.
+    let before = parked::waiting(client, bare, Variant::Bare).await?;
+    let mut tasks = JoinSet::new();
+    for _ in 0..waiters {
+        let request =
+            (client.get(format!("{bare}/park"))).timeout(Duration::from_millis(WAIT_MS) * 2);
+        tasks.spawn(async move {
+            let text = expect_status(request.send().await, StatusCode::OK, "park").await?;
+            let answered = Instant::now();
+            if text != "unparked" {
+                return Err(format!("park: expected unparked, got {text}"));
+            }
+            Ok(answered)
+        });
+    }
+    let all_parked = parked::until_waiting(client, bare, Variant::Bare, before + waiters).await;
+    let sent = Instant::now();
+    let response = client.get(format!("{bare}/unpark")).send().await;
+    let unparked = expect_status(response, StatusCode::OK, "unpark").await;
+    if let Err(e) = all_parked.and(unparked) {
+        tasks.abort_all();
+        return Err(e);
+    }
+    let last = (last_answer(&mut tasks, waiters, "parked GETs").await?).unwrap_or(sent);
+    Ok(last.saturating_duration_since(sent))
+}
+
 fn ms(d: Option<Duration>) -> f64 {
     d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// `rounds` rounds of `per_round` counted fan-outs (after one warm-up each),
 /// each round followed by as many of the floor's, straight on the Redis at
-/// `direct` (its URL and a connection to it).
+/// `direct` (its URL and a connection to it), then as many of the bare
+/// axum server's at `bare`.
 pub async fn measure(
     client: &reqwest::Client,
     bases: &[String],
+    bare: &str,
     (admin, direct): (&Redis, (&str, &MultiplexedConnection)),
     waiters: usize,
     rounds: usize,
@@ -255,6 +317,7 @@ pub async fn measure(
 ) -> Row {
     let mut samples = Vec::new();
     let mut floor = Vec::new();
+    let mut bare_fanouts = Vec::new();
     let mut errors = Vec::new();
     for round in 0..rounds {
         for i in 0..=per_round {
@@ -273,8 +336,16 @@ pub async fn measure(
                 Err(e) => errors.push(format!("floor latch fan-out {name}: {e}")),
             }
         }
+        for i in 0..=per_round {
+            match bare_fan_out(client, bare, waiters).await {
+                Ok(latency) if i > 0 => bare_fanouts.push(latency),
+                Ok(_) => {}
+                Err(e) => errors.push(format!("bare axum fan-out r{round}-{i}: {e}")),
+            }
+        }
     }
     floor.sort_unstable();
+    bare_fanouts.sort_unstable();
     let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
     let mut from_sent: Vec<Duration> = samples.iter().map(|s| s.from_sent).collect();
     latencies.sort_unstable();
@@ -288,6 +359,8 @@ pub async fn measure(
         p99_ms: ms(percentile(&latencies, 99.0)),
         p99_from_sent_ms: ms(percentile(&from_sent, 99.0)),
         floor_p99_ms: ms(percentile(&floor, 99.0)),
+        bare_p50_ms: ms(percentile(&bare_fanouts, 50.0)),
+        bare_p99_ms: ms(percentile(&bare_fanouts, 99.0)),
         commands_per: median(commands.clone()),
         commands_max: commands.into_iter().fold(f64::NAN, f64::max),
         errors,

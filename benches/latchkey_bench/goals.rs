@@ -156,6 +156,40 @@ fn fanout_goal(r: &fanout::Row) -> Goal {
     }
 }
 
+/// The fan-out goal, then two extra rows (no goal of their own): how much
+/// of it the HTTP ceiling, the bare axum fan-out, takes by itself.
+fn fanout_goals(r: &fanout::Row) -> Vec<Goal> {
+    let bare = format!(
+        "the bare axum fan-out ({} GETs parked on ONE process, `/unpark` sent → last answered)",
+        r.waiters
+    );
+    vec![
+        fanout_goal(r),
+        Goal {
+            measure: format!(
+                "latch fan-out p99 ms, bare axum: {} parked GETs released at once on ONE \
+                 process (`/unpark` sent → last answered) ÷ the Redis latch + pub/sub floor",
+                r.waiters
+            ),
+            latchkey: r.bare_p99_ms,
+            reference: r.floor_p99_ms,
+            decimals: 2,
+            target: Target::None,
+        },
+        Goal {
+            measure: format!(
+                "latchkey's latch fan-out p99 ms ({} waiters on {} instances, count-down sent) \
+                 ÷ {bare}",
+                r.waiters, r.instances
+            ),
+            latchkey: r.p99_from_sent_ms,
+            reference: r.bare_p99_ms,
+            decimals: 2,
+            target: Target::None,
+        },
+    ]
+}
+
 fn bound_goal(r: &throughput::Row) -> Goal {
     let plain = r.of(Kind::Http(Primitive::Lock));
     Goal {
@@ -174,7 +208,7 @@ fn bound_goal(r: &throughput::Row) -> Goal {
 pub fn of(report: &Report) -> Vec<Goal> {
     let at = |c: usize| report.throughput.iter().find(|r| r.c == c);
     let mut goals = at(C).map(throughput_goals).unwrap_or_default();
-    goals.push(fanout_goal(&report.fanout));
+    goals.extend(fanout_goals(&report.fanout));
     goals.push(handoff_goal(&report.handoff));
     goals.extend(at(1).map(bound_goal));
     goals.extend(report.sections.iter().flat_map(|s| s.goals.clone()));

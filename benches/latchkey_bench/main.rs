@@ -13,7 +13,8 @@
 //! ([`throughput`]), handoff latency and Redis commands per handoff on a
 //! plain and on a fair lock, next to the same handoff straight on Redis
 //! with one wake-up per release ([`handoff`], [`wakeone`]), a latch's
-//! fan-out to 100 waiters on two service instances ([`fanout`]), memory
+//! fan-out to 100 waiters on two service instances next to 100 requests
+//! parked on the bare server and released at once ([`fanout`]), memory
 //! per parked waiter ([`parked`]), and RedLock pairs over three nodes and
 //! multi-lock pairs next to plain-lock pairs ([`alongside`]) — and, given
 //! another build as `LATCHKEY_BENCH_BASELINE`, that build's plain-lock
@@ -311,6 +312,7 @@ async fn phases(
     let fanout = fanout::measure(
         &client,
         &bases,
+        &children.bare_url,
         (&admin, (&children.redis_url, &setup.direct)),
         FANOUT_WAITERS,
         settings.rounds,

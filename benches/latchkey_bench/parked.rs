@@ -168,7 +168,11 @@ async fn waiter(
 
 /// Requests parked: the service's `latchkey_waiters` gauge, or the bare
 /// server's `/parked`.
-async fn waiting(client: &reqwest::Client, base: &str, variant: Variant) -> Result<usize, String> {
+pub async fn waiting(
+    client: &reqwest::Client,
+    base: &str,
+    variant: Variant,
+) -> Result<usize, String> {
     let path = if variant == Variant::Bare {
         "parked"
     } else {
@@ -190,7 +194,7 @@ async fn waiting(client: &reqwest::Client, base: &str, variant: Variant) -> Resu
 }
 
 /// Waits until at least `n` requests wait on the service.
-async fn until_waiting(
+pub async fn until_waiting(
     client: &reqwest::Client,
     base: &str,
     variant: Variant,

@@ -224,11 +224,20 @@ fn fanout_rows(r: &fanout::Row) {
     );
     row(
         &format!(
-            "latch fan-out p99 ms from the count-down sent, {w} waiters on {n} instances (direct: the Redis latch + pub/sub floor, from its count-down sent)"
+            "latch fan-out p99 ms from the count-down sent, {w} waiters on {n} instances (direct: the Redis latch + pub/sub floor, from its count-down sent; bare: {w} GETs parked on the bare axum server, ONE process, from one `/unpark` sent)"
         ),
         r.p99_from_sent_ms,
         r.floor_p99_ms,
+        r.bare_p99_ms,
+        2,
+    );
+    row(
+        &format!(
+            "bare axum fan-out p50 ms, {w} GETs parked on ONE process (`/unpark` sent → last answered)"
+        ),
         NONE,
+        NONE,
+        r.bare_p50_ms,
         2,
     );
     row(
@@ -443,11 +452,17 @@ fn footnotes(report: &Report) {
     println!(
         "- latch fan-out: {} fan-outs counted; p99 from the count-down *sent* {} ms (upper \
          bound); Redis commands per fan-out at most {} (the count-down script and one INFO \
-         included; a read per waiter would be {} or more).",
+         included; a read per waiter would be {} or more); the bare axum fan-out (the HTTP \
+         ceiling: {} GETs parked on ONE process, not {}, released by one `/unpark`) p50 {} \
+         ms, p99 {} ms from `/unpark` sent.",
         f.fanouts,
         fig(f.p99_from_sent_ms, 2),
         fig(f.commands_max, 0),
         f.waiters,
+        f.waiters,
+        f.instances,
+        fig(f.bare_p50_ms, 2),
+        fig(f.bare_p99_ms, 2),
     );
     for r in &report.parked {
         println!(
