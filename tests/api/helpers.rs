@@ -392,6 +392,17 @@ where
     }
 }
 
+/// The encoding Redis keeps `key` in (`OBJECT ENCODING`).
+pub async fn object_encoding(redis: &RedisServer, key: &str) -> String {
+    let mut conn = redis_conn(redis).await;
+    redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
 /// Waits until the binary listening on `base` answers `/readyz` 200
 /// (at most 10 s); whether it did.
 pub async fn binary_ready(client: &reqwest::Client, base: &str) -> bool {

@@ -490,3 +490,33 @@ async fn a_release_of_a_read_hold_whose_lease_ended_releases_nothing() {
     let released = rw.release("l", "long", None, false).await.unwrap();
     assert!(released.is_some_and(|r| r.released && r.hold_count == 0));
 }
+
+/// As a semaphore's: the hash of many readers' holds is kept as a hash
+/// table (every field a script reads is a scan of a small hash's flat
+/// list), a lock of few holds stays compact, state reads see only the
+/// holds, and the last release still leaves nothing behind.
+#[tokio::test]
+async fn the_holds_of_many_readers_are_kept_as_a_hash_table() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let hash = "latchkey:{many}:rw";
+    granted(read(&app, "many", json!({"holder": "r0"})).await).await;
+    granted(read(&app, "many", json!({"holder": "r1"})).await).await;
+    assert_eq!(object_encoding(&redis, hash).await, "listpack");
+    for i in 2..12 {
+        granted(read(&app, "many", json!({"holder": format!("r{i}")})).await).await;
+    }
+    assert_eq!(object_encoding(&redis, hash).await, "hashtable");
+    let state = rw_state(&app, "many").await;
+    assert_eq!(state["readers"], json!(12), "{state}");
+    assert_eq!(state["holds"].as_array().unwrap().len(), 12, "{state}");
+    for i in 0..12 {
+        let released = release(&app, "many", &format!("r{i}"), "").await;
+        assert_eq!(released.status(), 200);
+    }
+    let mut conn = redis_conn(&redis).await;
+    let left: i64 = redis::AsyncCommands::exists(&mut conn, &[hash, "latchkey:{many}:rw:readers"])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the last release deletes the hash");
+}

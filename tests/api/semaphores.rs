@@ -836,3 +836,40 @@ async fn a_released_session_hold_leaves_no_session_behind_while_others_hold() {
         "{again}"
     );
 }
+
+/// Many holders' holds are one hash: Redis keeps a small hash as a flat
+/// list, where every field a script reads is a scan of it, so the scripts
+/// keep a hash of many holders as a hash table. A semaphore of a few
+/// holders stays compact, one of many is a table, state reads see only
+/// the holders, and the last release still leaves nothing behind.
+#[tokio::test]
+async fn the_holds_of_many_holders_are_kept_as_a_hash_table() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "many", 64).await;
+    let holds = "latchkey:{many}:sem:holds";
+    granted(acquire(&app, "many", json!({"holder": "h0"})).await).await;
+    granted(acquire(&app, "many", json!({"holder": "h1"})).await).await;
+    assert_eq!(object_encoding(&redis, holds).await, "listpack");
+    for i in 2..12 {
+        let holder = format!("h{i}");
+        granted(acquire(&app, "many", json!({"holder": holder})).await).await;
+    }
+    assert_eq!(object_encoding(&redis, holds).await, "hashtable");
+    let state = sem_state(&app, "many").await;
+    assert_eq!(state["available"], json!(52), "{state}");
+    assert_eq!(state["holders"], json!(12), "{state}");
+    assert_eq!(state["holds"].as_array().unwrap().len(), 12, "{state}");
+    for i in 0..12 {
+        assert_eq!(
+            release(&app, "many", &format!("h{i}")).await.status(),
+            StatusCode::OK
+        );
+    }
+    let mut conn = redis_conn(&redis).await;
+    let left: i64 = conn
+        .exists(&[holds, "latchkey:{many}:sem:leases"])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the last release deletes the holds");
+}

@@ -15,6 +15,23 @@
 --   {owner ('' for none), expires_in_ms, held_for_ms, in_session (0|1),
 --    count (hold count, or permits), mode ('', 'read' or 'write')}
 
+-- A hash that keeps many holders' holds (a semaphore's holds, a read-write
+-- lock's hash) is kept as a hash table. Redis keeps a small hash as one
+-- flat list (a listpack), where each field a script reads or writes is a
+-- scan of the list: with 32 holders a semaphore's holds have about 225
+-- fields, and those scans were half of what its scripts cost Redis (the
+-- book's benchmark chapter, round 3). A hash turns into a table for good
+-- once one of its values is longer than `hash-max-listpack-value` (64
+-- bytes by default), so a hash past MANY_FIELDS fields gets one such value
+-- in a field no hold uses. It goes with the hash, which is deleted or
+-- expires with the last hold; nothing reads it.
+local MANY_FIELDS = 32
+local function keep_as_table(hash)
+  if redis.call('HLEN', hash) > MANY_FIELDS then
+    redis.call('HSET', hash, 'table', string.rep('-', 200))
+  end
+end
+
 -- Redis's clock in ms.
 local function holds_now()
   local t = redis.call('TIME')

@@ -150,6 +150,9 @@ local function take()
   end
   owner_fields(fields, owner_suffix(mode, holder), owner, count == 1 and now or nil)
   redis.call('HSET', KEYS[1], unpack(fields))
+  if count == 1 then
+    keep_as_table(KEYS[1])
+  end
   if session ~= '' and fresh then
     in_session(KEYS[1], holder, session, version, lease)
     extend(holder, lease, nil)

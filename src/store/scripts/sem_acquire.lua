@@ -104,6 +104,9 @@ local fields = {'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, to
   'used', tonumber(h[8] or '0') + need}
 owner_fields(fields, 'h|' .. holder, ARGV[10] or '', grants == 1 and now or nil)
 redis.call('HSET', KEYS[7], unpack(fields))
+if grants == 1 then
+  keep_as_table(KEYS[7])
+end
 local deadline = nil
 if session == '' then
   deadline = now + lease
