@@ -50,12 +50,6 @@ local function lent_owner(owner)
   return nil
 end
 
--- Appends to `fields` (field, value, field, value, ... for one HSET) what
--- record_owner writes: the owner label `owner` ('' keeps the label there
--- is) and, for a hold granted now, its grant time `granted_at` (ms; nil
--- for a hold that is not new), under the fields `o<suffix>` and
--- `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
--- other fields anyway writes these in the same HSET.
 -- The label to write for `owner` ('' or nil: keep the label there is; a
 -- lent label is written only on a new hold), or nil.
 local function label_to_write(owner, new)
@@ -69,6 +63,12 @@ local function label_to_write(owner, new)
   return nil
 end
 
+-- Appends to `fields` (field, value, field, value, ... for one HSET) what
+-- record_owner writes: the owner label `owner` ('' keeps the label there
+-- is) and, for a hold granted now, its grant time `granted_at` (ms; nil
+-- for a hold that is not new), under the fields `o<suffix>` and
+-- `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
+-- other fields anyway writes these in the same HSET.
 local function owner_fields(fields, suffix, owner, granted_at)
   if granted_at then
     fields[#fields + 1] = 't' .. suffix
