@@ -252,9 +252,18 @@ async fn an_out_of_memory_redis_answers_503_naming_the_condition() {
 async fn a_request_that_logs_names_its_request_on_the_line() {
     use std::io::{BufRead, BufReader};
     let redis = redis();
+    /// Stops the binary however the test ends.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let (mut child, port) = start_binary(&redis.url(), &[("LATCHKEY_LOG", "info")]);
     let (sender, lines) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().unwrap();
+    let _stopped = Stopped(child);
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = sender.send(line);
@@ -284,8 +293,6 @@ async fn a_request_that_logs_names_its_request_on_the_line() {
     assert_eq!(response.status(), 503);
     let line = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(10)).ok())
         .find(|l| l.contains("response failed"));
-    child.kill().unwrap();
-    child.wait().unwrap();
     let line = line.expect("the 503 is logged");
     let log: serde_json::Value = serde_json::from_str(&line).expect("JSON log line");
     let request = json!({
