@@ -34,7 +34,7 @@ for run in open keyed; do
     export LATCHKEY_OPENAPI=$1/openapi.json
     curl -fsS -o "$LATCHKEY_OPENAPI" "$LATCHKEY_URL/openapi.json"
     "$0/schemathesis" --config-file tests/schemathesis/schemathesis.toml run "$LATCHKEY_OPENAPI" --url "$LATCHKEY_URL" \
-      --checks all --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-40}" --seed "${SCHEMATHESIS_SEED:-1}" \
+      --checks all --exclude-checks use_after_free --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-40}" --seed "${SCHEMATHESIS_SEED:-1}" \
       --request-timeout 10 --workers 1 --no-color \
       --report junit --report-dir "$1" "${@:2}"
   ' "$bin" "$report/$run" "${auth[@]}" "$@"
