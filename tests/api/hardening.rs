@@ -228,14 +228,7 @@ async fn every_queued_waiter_reports_a_current_retry_after() {
 async fn an_out_of_memory_redis_answers_503_naming_the_condition() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
-    let mut conn = redis_conn(&redis).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    refuse_writes(&redis).await;
     let response = app.acquire("oom", json!({"holder": "h"})).await;
     assert!(response.headers().contains_key("retry-after"));
     let problem = assert_problem(response, 503, "backend-unavailable").await;
@@ -243,6 +236,19 @@ async fn an_out_of_memory_redis_answers_503_naming_the_condition() {
         problem["detail"].as_str().unwrap().contains("memory"),
         "{problem}"
     );
+}
+
+/// Makes `redis` refuse every write (`maxmemory` of 1 byte, under what it
+/// already uses).
+async fn refuse_writes(redis: &latchkey::devredis::RedisServer) {
+    let mut conn = redis_conn(redis).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }
 
 /// A request that logs names itself on its line, at the default level, as
@@ -275,14 +281,7 @@ async fn a_request_that_logs_names_its_request_on_the_line() {
         "the binary became ready"
     );
     // Redis refuses every write: the acquire answers 503, which is logged.
-    let mut conn = redis_conn(&redis).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    refuse_writes(&redis).await;
     let response = client
         .post(format!("{base}/locks/logged/acquire"))
         .header("x-request-id", "trace \"me\" 42")
