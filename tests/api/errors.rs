@@ -277,3 +277,75 @@ async fn responses_carry_a_request_id_and_cors_headers() {
     let generated = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert!(generated.headers().contains_key("x-request-id"));
 }
+
+/// CORS concerns browsers, which send `Origin` on every cross-origin
+/// request: a request without one (curl, a backend, a same-origin page's
+/// GET) is not a CORS request, and its answer carries no
+/// `Access-Control-*` header. It keeps the `Vary` a CORS answer has, so
+/// that a cache never hands it to a browser's cross-origin request. A
+/// preflight (`OPTIONS`) is answered as one with or without `Origin`.
+#[tokio::test]
+async fn only_requests_with_an_origin_get_cors_headers() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
+    for path in ["/healthz", "/locks/x", "/nope"] {
+        let browser = app
+            .client
+            .get(app.url(path))
+            .header("origin", "http://localhost:3000")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            browser.headers()["access-control-allow-origin"],
+            "*",
+            "{path}"
+        );
+        assert!(
+            browser
+                .headers()
+                .contains_key("access-control-expose-headers")
+        );
+        assert_eq!(browser.headers()["vary"], VARY, "{path}");
+        let plain = app.client.get(app.url(path)).send().await.unwrap();
+        let cors: Vec<_> = plain
+            .headers()
+            .keys()
+            .filter(|name| name.as_str().starts_with("access-control-"))
+            .collect();
+        assert!(cors.is_empty(), "{path}: {cors:?}");
+        assert_eq!(plain.headers()["vary"], VARY, "{path}");
+        assert_eq!(plain.status(), browser.status(), "{path}");
+    }
+    let preflight = app
+        .client
+        .request(reqwest::Method::OPTIONS, app.url("/locks/x/acquire"))
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success());
+    assert!(
+        preflight
+            .headers()
+            .contains_key("access-control-allow-methods")
+    );
+    // With CORS off, nothing of it is on any answer.
+    let mut config = test_config(&redis);
+    config.cors_origins = latchkey::config::CorsOrigins::Disabled;
+    let off = spawn_app(config).await;
+    let browser = off
+        .client
+        .get(off.url("/healthz"))
+        .header("origin", "http://localhost:3000")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        !browser
+            .headers()
+            .contains_key("access-control-allow-origin")
+    );
+    assert!(!browser.headers().contains_key("vary"));
+}
