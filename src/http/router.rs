@@ -4,6 +4,7 @@
 //! generated from the same list and cannot drift from what is served.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::Router;
@@ -123,8 +124,14 @@ type Answered = Result<Response, Infallible>;
 /// every request it sees (~8 900 instructions by callgrind, a quarter of a
 /// `GET /healthz`). Its answer gets the same `Vary` a CORS answer has, so
 /// that a cache never hands it to a browser's cross-origin request.
+///
+/// hyper serves a clone of this for every request: it is an `Arc`, and a
+/// call clones only the service it calls (a CORS layer's clone copies its
+/// lists).
 #[derive(Clone)]
-pub struct Service {
+pub struct Service(Arc<Served>);
+
+struct Served {
     plain: Limited,
     cors: Option<Cors<Limited>>,
 }
@@ -158,26 +165,24 @@ where
         Map<<Limited as tower::Service<axum::http::Request<B>>>::Future, fn(Answered) -> Answered>,
     >;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Both are the same router, which is always ready.
-        if let Some(cors) = &mut self.cors {
-            std::task::ready!(cors.poll_ready(cx))?;
-        }
-        self.plain.poll_ready(cx)
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // axum's router is always ready, so each call may take a clone of
+        // it (or of the CORS layer around it) and call that at once.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
-        let finish: fn(Answered) -> Answered = match &mut self.cors {
+        let finish: fn(Answered) -> Answered = match &self.0.cors {
             Some(cors)
                 if request.method() == Method::OPTIONS
                     || request.headers().contains_key(header::ORIGIN) =>
             {
-                return Either::Left(cors.call(request));
+                return Either::Left(cors.clone().call(request));
             }
             Some(_) => with_cors_vary,
             None => as_answered,
         };
-        Either::Right(self.plain.call(request).map(finish))
+        Either::Right(self.0.plain.clone().call(request).map(finish))
     }
 }
 
@@ -238,5 +243,5 @@ pub fn router(state: AppState) -> Service {
             .expose_headers(exposed)
             .layer(app.clone())
     });
-    Service { plain: app, cors }
+    Service(Arc::new(Served { plain: app, cors }))
 }
