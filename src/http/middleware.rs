@@ -23,14 +23,15 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Request id, log labels, metrics, panic catching and problem+json for
 /// one request.
-pub async fn observe(State(metrics): State<Metrics>, mut request: Request, next: Next) -> Response {
+pub async fn observe(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
     let request_id = match request.headers().get(&REQUEST_ID) {
         Some(id) => id.clone(),
         None => {
-            let id = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
-                .expect("a UUID is a valid header value");
-            request.headers_mut().insert(REQUEST_ID, id.clone());
-            id
+            // Written in place (no `String`); nothing after this layer
+            // reads the request's own header, so only the answer gets it.
+            let mut text = [0; uuid::fmt::Hyphenated::LENGTH];
+            let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+            HeaderValue::from_str(id).expect("a UUID is a valid header value")
         }
     };
     // Route template only (never the raw path: it carries names and
