@@ -27,8 +27,8 @@ local function admit(holder)
   if #prune() > 0 then
     wake(true)
   end
-  local head = redis.call('ZRANGE', KEYS[4], 0, 0)
-  if (not head[1] or head[1] == holder) and not left_while_open(holder) then
+  local head = queue_head()
+  if (not head or head == holder) and not left_while_open(holder) then
     return nil
   end
   -- Only waiters ahead block it: no hold's owner to name.

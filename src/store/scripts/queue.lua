@@ -44,9 +44,24 @@ do
   end
 end
 
+-- Whether the queue and its deadlines do not exist: nobody waits and no
+-- mark is kept. Read once per call (one EXISTS instead of a read of each,
+-- the common case of an object nobody waits on); only `enter` adds to
+-- them, and it says so.
+local QUEUE_ABSENT = nil
+local function queue_absent()
+  if QUEUE_ABSENT == nil then
+    QUEUE_ABSENT = redis.call('EXISTS', KEYS[4], KEYS[5]) == 0
+  end
+  return QUEUE_ABSENT
+end
+
 -- Drops the entries (and marks) whose deadline has passed; returns the
 -- entries' members.
 local function prune()
+  if queue_absent() then
+    return {}
+  end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
   for i = 1, #gone, 1000 do
     redis.call('ZREM', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
@@ -78,6 +93,9 @@ end
 
 -- The first SHOWN entries in order: members and tickets.
 local function first_entries()
+  if queue_absent() then
+    return {}, {}
+  end
   local first = redis.call('ZRANGE', KEYS[4], 0, SHOWN - 1, 'WITHSCORES')
   local members, tickets = {}, {}
   for i = 1, #first, 2 do
@@ -108,6 +126,7 @@ end
 -- Keeps (or makes, at the tail) a member's entry; its deadline becomes
 -- the end of this request's wait plus the grace. Returns its ticket.
 local function enter(member)
+  QUEUE_ABSENT = false
   local ticket = redis.call('ZSCORE', KEYS[4], member)
   if not ticket then
     ticket = redis.call('INCR', KEYS[6])
@@ -124,6 +143,9 @@ end
 -- request of it still open learns it left (see left_while_open); the mark
 -- lasts as long as that request can.
 local function leave_queue(member, left)
+  if queue_absent() then
+    return false
+  end
   local ticket = redis.call('ZSCORE', KEYS[4], member)
   if not ticket then
     return false
@@ -163,14 +185,22 @@ local function hint(pttl)
   return pttl
 end
 
+-- The member at the head of the queue; nil when nobody is queued.
+local function queue_head()
+  if queue_absent() then
+    return nil
+  end
+  return redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+end
+
 -- The ms until the head of the queue loses its place (its grace runs out);
 -- nil when nobody is queued.
 local function head_lapses()
-  local head = redis.call('ZRANGE', KEYS[4], 0, 0)
-  if not head[1] then
+  local head = queue_head()
+  if not head then
     return nil
   end
-  return tonumber(redis.call('ZSCORE', KEYS[5], head[1])) - now
+  return tonumber(redis.call('ZSCORE', KEYS[5], head)) - now
 end
 
 -- The reply to a member that must wait, blocked by holds that end in

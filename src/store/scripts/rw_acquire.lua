@@ -43,10 +43,12 @@ end
 local holder, mode, lease, id = ARGV[2], ARGV[5], tonumber(ARGV[6]), ARGV[7]
 -- What the acquire reads of the hash, in one HMGET: whether the attempt
 -- made a hold already, the writer and its deadline, the holder's read
--- holds and session, and the tokens and write count a grant replies.
+-- holds and session, the tokens and write count a grant replies, and
+-- whether the hash is kept as a hash table already (keep_as_table in
+-- holds.lua).
 local function read_hold()
   return redis.call('HMGET', KEYS[1], 'a|' .. id, 'wd', 'w', 'r|' .. holder, 'ss|' .. holder,
-    'wc', 'wt', 'rt|' .. holder)
+    'wc', 'wt', 'rt|' .. holder, 'table')
 end
 local h = read_hold()
 if h[1] then
@@ -79,7 +81,7 @@ local unqueued = false
 -- The head alone answers when nobody is queued, when the member is the
 -- head, or when the head is someone else who counts.
 local function queued_ahead(writers_only)
-  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local head = queue_head()
   if not head then
     unqueued = true
     return false
@@ -150,7 +152,7 @@ local function take()
   end
   owner_fields(fields, owner_suffix(mode, holder), owner, count == 1 and now or nil)
   redis.call('HSET', KEYS[1], unpack(fields))
-  if count == 1 then
+  if count == 1 and not h[9] then
     keep_as_table(KEYS[1])
   end
   if session ~= '' and fresh then

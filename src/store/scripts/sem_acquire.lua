@@ -40,15 +40,16 @@ local holder, need, lease, id = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), A
 -- has a lease, its hold so far (without one it has none: its first grant,
 -- which takes a token). Each field looked up costs a scan of the hash
 -- while it is a listpack, with many holders. As one list: {a|<attempt>,
--- l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used}.
+-- l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used, table} (table: the
+-- hash is kept as a hash table already; keep_as_table in holds.lua).
 local function read_holds()
-  local h = redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'used')
+  local h = redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'used', 'table')
   local hold = {false, false, false, false, false}
   if h[2] then
     hold = redis.call('HMGET', KEYS[7], 'ss|' .. holder, 'c|' .. holder, 'p|' .. holder,
       't|' .. holder, 'as|' .. holder)
   end
-  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3]}
+  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3], h[4]}
 end
 local h = read_holds()
 if h[1] then
@@ -104,7 +105,7 @@ local fields = {'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, to
   'used', tonumber(h[8] or '0') + need}
 owner_fields(fields, 'h|' .. holder, ARGV[10] or '', grants == 1 and now or nil)
 redis.call('HSET', KEYS[7], unpack(fields))
-if grants == 1 then
+if grants == 1 and not h[9] then
   keep_as_table(KEYS[7])
 end
 local deadline = nil
