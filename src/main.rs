@@ -6,10 +6,6 @@ use std::process::ExitCode;
 
 use latchkey::config::{self, Invocation};
 
-/// mimalloc, not the system's malloc: see `Cargo.toml`.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().collect();
     if let Some(code) = latchkey::cli::run_if_client(&args) {
