@@ -234,8 +234,30 @@ async fn names(
 }
 
 /// A page of `T`s: the names found, each read by `read` (concurrently,
-/// in order); objects gone since the scan (404) are left out.
+/// in order); objects gone since the scan (404) are left out. A page is
+/// several Redis calls (its `SCAN` steps, then the reads), bounded
+/// together by the response timeout, as a request that does not wait is:
+/// past it, 503 `backend-unavailable`.
 async fn list<T, F, Fut>(
+    state: &AppState,
+    scope: &Scope,
+    source: Source<'_>,
+    part: &str,
+    q: Checked,
+    read: F,
+) -> Result<(Vec<T>, Option<String>), ApiError>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<T, ApiError>>,
+{
+    let budget = state.store.response_timeout();
+    let page = tokio::time::timeout(budget, read_page(state, scope, source, part, q, read));
+    page.await
+        .unwrap_or_else(|_| Err(ApiError::from(StoreError::timeout())))
+}
+
+/// [`list`]'s page, without its bound.
+async fn read_page<T, F, Fut>(
     state: &AppState,
     scope: &Scope,
     source: Source<'_>,

@@ -536,6 +536,62 @@ async fn requests_that_do_not_wait_answer_within_the_response_timeout_while_redi
     );
 }
 
+/// A listing makes several Redis calls (a `SCAN`, then a read of each
+/// object): the response timeout bounds them together, not each. Here
+/// Redis is frozen when the listing starts and, once it thaws, pauses
+/// scripts (`CLIENT PAUSE WRITE`), so the `SCAN` answers late and every
+/// read after it stalls: the listing must still answer 503 within one
+/// response timeout, not one per stage.
+#[tokio::test]
+async fn a_listing_answers_within_the_response_timeout_when_redis_stalls_midway() {
+    let redis = redis();
+    let timeout_ms = 1000;
+    let app = spawn_app(Config {
+        redis_response_timeout_ms: timeout_ms,
+        ..test_config(&redis)
+    })
+    .await;
+    for name in ["stall-a", "stall-b", "stall-c"] {
+        app.must_acquire(name, json!({"holder": "h", "lease_ms": 60000}))
+            .await;
+    }
+    let listed = app.client.get(app.url("/locks?prefix=stall")).send();
+    assert_eq!(listed.await.unwrap().status(), 200);
+    // A blocking connection, with no response timeout of its own.
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis.pause();
+    let started = Instant::now();
+    let listing = {
+        let request = app.client.get(app.url("/locks?prefix=stall"));
+        tokio::spawn(async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap(), started.elapsed())
+        })
+    };
+    // Queued behind the listing's SCAN while Redis is frozen: from the
+    // thaw on, scripts (the reads) wait 2 s, longer than a call may.
+    let pause = tokio::task::spawn_blocking(move || {
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(2000)
+            .arg("WRITE")
+            .query::<()>(&mut conn)
+    });
+    tokio::time::sleep(Duration::from_millis(timeout_ms * 7 / 10)).await;
+    redis.resume();
+    let (status, body, took) = listing.await.unwrap();
+    pause.await.unwrap().unwrap();
+    let budget = Duration::from_millis(timeout_ms) + STALL_SLACK;
+    assert!(
+        took <= budget && status == 503 && body.contains("backend-unavailable"),
+        "GET /locks: {status} after {took:?} (at most {budget:?}): {body}"
+    );
+}
+
 /// A wake-up published while the hub's subscriber is away is lost (pub/sub
 /// is at-most-once), and a latch has no lease whose end would make its
 /// waiters look again. While the hub cannot subscribe, waiters must look by
