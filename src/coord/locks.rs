@@ -224,8 +224,24 @@ impl Locks {
         holder: &str,
         attempt: &AttemptId,
     ) -> Result<bool, StoreError> {
+        self.undo_waiting(name, holder, attempt, Wait::default())
+            .await
+    }
+
+    /// [`Self::undo`] of a try of a request that still waits (`wait`, as
+    /// its tries send it): a fair waiter whose grant is given back keeps
+    /// its place (its ticket), as if the try had found the lock held.
+    pub async fn undo_waiting(
+        &self,
+        name: &str,
+        holder: &str,
+        attempt: &AttemptId,
+        wait: Wait,
+    ) -> Result<bool, StoreError> {
         let script = self.scripts().undo;
-        self.layout.undo(script, name, holder, attempt, &[]).await
+        (self.layout)
+            .undo(script, name, (holder, wait), attempt, &[])
+            .await
     }
 
     /// A waiter's request ended without a grant before its deadline (its

@@ -377,6 +377,15 @@ impl From<Option<u64>> for Wait {
 pub struct Ticket(Arc<AtomicU64>);
 
 impl Ticket {
+    /// The [`Wait`] of a request with `left_ms` to wait and the ticket
+    /// known so far.
+    pub fn wait(&self, left_ms: Option<u64>) -> Wait {
+        Wait {
+            left_ms,
+            ticket: self.0.load(Ordering::Relaxed),
+        }
+    }
+
     /// Runs one try with the [`Wait`] for `left_ms` and the ticket known so
     /// far, and remembers the ticket its reply gives.
     pub async fn tried<T, Fut>(
@@ -387,8 +396,7 @@ impl Ticket {
     where
         Fut: Future<Output = Result<Attempt<T>, StoreError>>,
     {
-        let ticket = self.0.load(Ordering::Relaxed);
-        let tried = attempt(Wait { left_ms, ticket }).await;
+        let tried = attempt(self.wait(left_ms)).await;
         if let Ok(Attempt::Blocked(Blocked {
             place: Some(place), ..
         })) = &tried
@@ -407,17 +415,20 @@ const UNDO_MARKER_MS: &str = "60000";
 impl Layout {
     /// Runs an undo script (`scripts/lock_undo.lua`, `scripts/rw_undo.lua`)
     /// for `attempt`: gives back exactly what it granted, if anything (true
-    /// then), and leaves a marker so that a late copy grants nothing.
+    /// then), and leaves a marker so that a late copy grants nothing. `wait`
+    /// is the attempt's request's, while it still waits (see
+    /// `restore_place` in `scripts/queue.lua`), else the default.
     pub async fn undo(
         &self,
         script: &Script,
         name: &str,
-        holder: &str,
+        (holder, wait): (&str, Wait),
         attempt: &AttemptId,
         extra: &[&str],
     ) -> Result<bool, StoreError> {
         let keys = self.keys(name, Some(attempt), extra);
-        let args = self.args(name, holder, &[attempt.as_str(), UNDO_MARKER_MS]);
+        let own = [attempt.as_str(), UNDO_MARKER_MS];
+        let args = self.acquire_args(name, holder, wait, &own);
         let undone: i64 = self.store.write_repeatable(script, &keys, &args).await?;
         Ok(undone == 1)
     }

@@ -191,7 +191,13 @@ impl RwLocks {
     ) -> Result<bool, StoreError> {
         let script = &scripts::RW_UNDO;
         self.layout
-            .undo(script, name, holder, attempt, &["readers"])
+            .undo(
+                script,
+                name,
+                (holder, Wait::default()),
+                attempt,
+                &["readers"],
+            )
             .await
     }
 

@@ -201,7 +201,13 @@ impl Semaphores {
         attempt: &AttemptId,
     ) -> Result<bool, StoreError> {
         self.layout
-            .undo(&scripts::SEM_UNDO, name, holder, attempt, EXTRA)
+            .undo(
+                &scripts::SEM_UNDO,
+                name,
+                (holder, Wait::default()),
+                attempt,
+                EXTRA,
+            )
             .await
     }
 

@@ -381,8 +381,12 @@ impl Acquisition for LockAcquisition {
         self.try_in(attempt, self.lease_ms, None).await
     }
 
+    /// A fair waiter whose request still waits keeps its place.
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        self.locks.undo(&self.name.key, &self.holder, attempt).await
+        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
+        (self.locks)
+            .undo_waiting(&self.name.key, &self.holder, attempt, wait)
+            .await
     }
 
     async fn leave(&self) -> Result<(), StoreError> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use latchkey::coord::locks::{LockGrant, LockKind, Locks, Released};
 use latchkey::coord::ratelimiters::{Due, RateConfig, RateLimiters, Taken};
-use latchkey::coord::{Attempt, AttemptId, Blocked};
+use latchkey::coord::{Attempt, AttemptId, Blocked, Wait};
 use latchkey::metrics::Metrics;
 use latchkey::store::{Publish, Store, StoreConfig};
 use redis::AsyncCommands;
@@ -464,6 +464,58 @@ async fn undo_gives_back_only_what_its_own_attempt_granted() {
     assert_eq!(locks.state("k").await.unwrap().hold_count, 1);
     assert!(locks.undo("k", "a", &second).await.unwrap());
     assert!(!locks.state("k").await.unwrap().locked);
+}
+
+/// A fair waiter whose grant is given back (the try that granted it was
+/// cut short, by a Redis stall say, and its reply never reached the
+/// waiter) keeps its place while its request still waits: the undo puts
+/// it back at its ticket, so no one who came after it is granted first.
+/// An undo without a waiting request (a try's, or after its deadline)
+/// keeps no place.
+#[tokio::test]
+async fn a_fair_waiter_whose_grant_is_given_back_keeps_its_place() {
+    let redis = redis();
+    let store = store_on(latchkey::config::RedisMode::Standalone, vec![redis.url()]).await;
+    let locks = Locks::new(store, LockKind::Fair { grace_ms: 5000 });
+    let granted = |tried: Attempt<LockGrant>| matches!(tried, Attempt::Granted(_));
+    for (round, waiting) in [(1, true), (2, false)] {
+        let name = format!("f{round}");
+        let fresh = AttemptId::new;
+        let x = locks.try_acquire(&name, "x", 60000, None, &fresh()).await;
+        assert!(granted(x.unwrap()));
+        // w long-polls: blocked, it takes a place.
+        let first = locks
+            .try_acquire(&name, "w", 5000, Some(10000), &fresh())
+            .await;
+        let Attempt::Blocked(Blocked {
+            place: Some(place), ..
+        }) = first.unwrap()
+        else {
+            panic!("a long-poll behind a hold takes a place");
+        };
+        let wait = Wait {
+            left_ms: Some(9000),
+            ticket: place.ticket,
+        };
+        assert!(locks.release(&name, "x", false).await.unwrap().is_some());
+        // w's next try is granted, but its reply is lost: it is given back.
+        let lost = AttemptId::new();
+        let tried = locks.try_acquire_in(&name, "w", 5000, wait, &lost, None, "");
+        assert!(granted(tried.await.unwrap()));
+        let given_back = if waiting {
+            locks.undo_waiting(&name, "w", &lost, wait).await
+        } else {
+            locks.undo(&name, "w", &lost).await
+        };
+        assert!(given_back.unwrap());
+        // n arrives after w: a try.
+        let n = locks.try_acquire(&name, "n", 5000, None, &fresh()).await;
+        assert_eq!(granted(n.unwrap()), !waiting, "round {round}");
+        if waiting {
+            let again = (locks.try_acquire_in(&name, "w", 5000, wait, &fresh(), None, "")).await;
+            assert!(granted(again.unwrap()), "w keeps its place and goes");
+        }
+    }
 }
 
 #[tokio::test]

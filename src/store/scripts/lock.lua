@@ -3,7 +3,7 @@
 -- lock_release, lock_undo, lock_heartbeat, lock_force_unlock) and the
 -- multi-lock scripts (multi_*), which run them on several locks at once,
 -- share one body. Joined after a kind's hooks (lock_plain or lock_fair:
--- admit, on_grant, on_blocked, on_free, on_shortened).
+-- admit, on_grant, on_blocked, on_free, on_shortened, on_undone).
 --
 -- A lock's keys:
 --   hash    {prefix}{name}:lock (fair: :fair); fields holder, count (hold
@@ -166,6 +166,7 @@ local function undo(hash, marker, channel, holder, id, marker_ms)
   local count = tonumber(h[2]) - 1
   if count <= 0 then
     redis.call('DEL', hash)
+    on_undone(holder)
     on_free(channel)
     return 1
   end

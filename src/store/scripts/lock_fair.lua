@@ -43,6 +43,12 @@ local function on_grant(holder)
   end
 end
 
+-- The holder's only hold was given back (undo) and the lock is free: a
+-- waiter whose request still waits keeps its place (restore_place).
+local function on_undone(holder)
+  restore_place(holder)
+end
+
 -- The reply when another holder has the lock: waiting's, then the
 -- owners of the holds that block ({owner}; '' for none).
 local function on_blocked(holder, pttl, owner)

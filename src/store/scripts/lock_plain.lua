@@ -19,6 +19,11 @@ end
 local function on_grant(holder)
 end
 
+-- The holder's only hold was given back (undo): a plain lock keeps no
+-- places.
+local function on_undone(holder)
+end
+
 -- The reply when another holder has the lock, whose lease ends in pttl ms
 -- and whose owner label is `owner` ('' for none).
 local function on_blocked(holder, pttl, owner)

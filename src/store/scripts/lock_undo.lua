@@ -7,6 +7,9 @@
 -- KEYS[3]  marker {prefix}{name}:lock:undone:<attempt id>
 -- ARGV[1]  wake channel
 -- ARGV[2]  holder id
+-- ARGV[4]  fair locks: the wait of the attempt's request, as its tries
+--          send it, while it still waits ('' otherwise): a waiter whose
+--          grant is given back keeps its place (restore_place in queue.lua)
 -- ARGV[5]  attempt id
 -- ARGV[6]  marker lifetime in milliseconds
 --

@@ -137,6 +137,32 @@ local function enter(member)
   return tonumber(ticket)
 end
 
+-- A member's grant was given back (an undo: the try that granted it was
+-- cut short, its reply lost) while its request still waited when the undo
+-- was sent: ARGV[4] is what its tries send, the wait left (above 0) and
+-- its ticket. The grant took its entry; it gets it back at that ticket, so
+-- that whoever came after it stays behind it. The entry lasts the grace
+-- from now: a request that still waits polls again sooner (the head is
+-- woken), and one whose client went away leaves nothing queued beyond the
+-- grace. Not when it left by a DELETE meanwhile (its mark) or has an entry
+-- again. The ticket counter is kept from falling behind it (it went with
+-- the queue's last entry), so that later arrivals queue behind it.
+local function restore_place(member)
+  if not SENT_TICKET or (tonumber(WAIT_LEFT) or 0) <= 0 then
+    return
+  end
+  if redis.call('ZSCORE', KEYS[4], member) or redis.call('ZSCORE', KEYS[5], '!' .. SENT_TICKET) then
+    return
+  end
+  if tonumber(redis.call('GET', KEYS[6]) or '0') < SENT_TICKET then
+    redis.call('SET', KEYS[6], SENT_TICKET)
+  end
+  QUEUE_ABSENT = false
+  redis.call('ZADD', KEYS[4], SENT_TICKET, member)
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[3]), member)
+  expire_queue()
+end
+
 -- Removes a member's entry (it was granted, or with `left` it left by a
 -- DELETE: see fair_leave, rw_leave, sem_leave); true if it had one. A
 -- member that left keeps its deadline as the mark '!<ticket>', so that a
