@@ -122,6 +122,9 @@ pub struct IdleProbe {
     pub sent: f64,
     pub answered: f64,
     pub granted: bool,
+    /// What a refusal said of its cause (its problem type and detail,
+    /// `held_by`, `position`, `retry_after_ms`), shown with a violation.
+    pub said: String,
 }
 
 /// One round of a latch: set to `count`, counted down with `count`
@@ -365,9 +368,19 @@ pub fn no_idle_queue(busy: &[Busy], probes: &[IdleProbe]) -> Vec<String> {
                 .any(|b| b.object == p.object && b.from < p.answered && p.sent < b.until)
         })
         .map(|p| {
+            // The object's busy times that ended in the 5 s before: what
+            // the refusal may have been taken for.
+            let before: Vec<String> = (busy.iter())
+                .filter(|b| b.object == p.object && b.until <= p.sent && b.until > p.sent - 5000.0)
+                .map(|b| format!("{:.0}..{:.0}", b.from, b.until))
+                .collect();
             format!(
-                "{}: a try sent at {:.0} was refused (answered {:.0}) while nothing held it and no waiter kept a place",
-                p.object, p.sent, p.answered
+                "{}: a try sent at {:.0} was refused (answered {:.0}) while nothing held it and no waiter kept a place; it said {}; busy before it: [{}]",
+                p.object,
+                p.sent,
+                p.answered,
+                p.said,
+                before.join(", ")
             )
         })
         .collect()
@@ -849,6 +862,7 @@ mod planted {
             sent,
             answered,
             granted,
+            said: String::new(),
         };
         let clean = [
             // Refused while something was held or queued.

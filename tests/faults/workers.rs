@@ -722,13 +722,16 @@ impl Kept {
     /// What an acquire with this answer may keep: a grant its lease, a
     /// long-poll's 409 a place for the grace, a try's 409 nothing, and a
     /// request without a definite answer either, counted from the latest
-    /// it may have run (its deadline and last look, or a thaw).
+    /// it may have run (its deadline and last look, or a thaw). A
+    /// long-poll's 409 may come while one of its tries, cut short by a
+    /// Redis freeze, is still to run (or the give-back of one, which keeps
+    /// a fair waiter's place): its place then lasts the grace from the thaw.
     fn of(answer: &Answer, wait_ms: u64, lease_ms: u64) -> Option<Kept> {
         let grace = crate::cluster::QUEUE_GRACE_MS as f64;
         let (until, definite) = match answer.status {
             Some(201) => (answer.answered + lease_ms as f64, true),
             Some(409) if wait_ms == 0 => return None,
-            Some(409) => (answer.answered + grace, true),
+            Some(409) => (answer.answered + FREEZE_MS + grace, true),
             _ => {
                 let ran_by = answer.answered.max(answer.sent + wait_ms as f64 + 100.0) + FREEZE_MS;
                 (ran_by + grace.max(lease_ms as f64), false)
@@ -837,6 +840,9 @@ pub async fn idle_loop(ctx: Arc<Ctx>, mut rng: Rng, queued: Queued, object: Stri
                 sent: probe.sent,
                 answered: probe.answered,
                 granted: probe.is(201),
+                said: ["type", "detail", "held_by", "position", "retry_after_ms"]
+                    .map(|field| format!("{field} {}", probe.body[field]))
+                    .join(", "),
             });
         }
         if let Some(kept) = kept {
