@@ -182,22 +182,19 @@ impl RwLocks {
         }
     }
 
-    /// Gives back exactly what `attempt` granted, if anything.
+    /// Gives back exactly what `attempt` granted, if anything. `wait` is
+    /// the attempt's request's, as its tries send it: a waiter whose
+    /// request still waits keeps its place (the default for none).
     pub async fn undo(
         &self,
         name: &str,
         holder: &str,
         attempt: &AttemptId,
+        wait: Wait,
     ) -> Result<bool, StoreError> {
         let script = &scripts::RW_UNDO;
-        self.layout
-            .undo(
-                script,
-                name,
-                (holder, Wait::default()),
-                attempt,
-                &["readers"],
-            )
+        (self.layout)
+            .undo(script, name, (holder, wait), attempt, &["readers"])
             .await
     }
 

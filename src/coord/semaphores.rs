@@ -194,20 +194,17 @@ impl Semaphores {
     }
 
     /// Gives back exactly the permits `attempt` was granted, if any.
+    /// `wait` as in [`super::rwlocks::RwLocks::undo`].
     pub async fn undo(
         &self,
         name: &str,
         holder: &str,
         attempt: &AttemptId,
+        wait: Wait,
     ) -> Result<bool, StoreError> {
-        self.layout
-            .undo(
-                &scripts::SEM_UNDO,
-                name,
-                (holder, Wait::default()),
-                attempt,
-                EXTRA,
-            )
+        let script = &scripts::SEM_UNDO;
+        (self.layout)
+            .undo(script, name, (holder, wait), attempt, EXTRA)
             .await
     }
 

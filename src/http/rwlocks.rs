@@ -204,9 +204,11 @@ impl Acquisition for RwAcquisition {
         self.try_in(attempt, self.lease_ms, None).await
     }
 
+    /// A waiter whose request still waits keeps its place.
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        self.rwlocks
-            .undo(&self.name.key, &self.holder, attempt)
+        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
+        (self.rwlocks)
+            .undo(&self.name.key, &self.holder, attempt, wait)
             .await
     }
 

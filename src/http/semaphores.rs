@@ -236,9 +236,11 @@ impl Acquisition for SemAcquisition {
         self.try_in(attempt, self.lease_ms, None).await
     }
 
+    /// A waiter whose request still waits keeps its place.
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        self.semaphores
-            .undo(&self.name.key, &self.holder, attempt)
+        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
+        (self.semaphores)
+            .undo(&self.name.key, &self.holder, attempt, wait)
             .await
     }
 

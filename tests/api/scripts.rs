@@ -6,6 +6,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use latchkey::coord::locks::{LockGrant, LockKind, Locks, Released};
 use latchkey::coord::ratelimiters::{Due, RateConfig, RateLimiters, Taken};
+use latchkey::coord::rwlocks::{Mode as RwMode, RwLocks};
+use latchkey::coord::semaphores::Semaphores;
 use latchkey::coord::{Attempt, AttemptId, Blocked, Wait};
 use latchkey::metrics::Metrics;
 use latchkey::store::{Publish, Store, StoreConfig};
@@ -466,54 +468,125 @@ async fn undo_gives_back_only_what_its_own_attempt_granted() {
     assert!(!locks.state("k").await.unwrap().locked);
 }
 
-/// A fair waiter whose grant is given back (the try that granted it was
-/// cut short, by a Redis stall say, and its reply never reached the
-/// waiter) keeps its place while its request still waits: the undo puts
-/// it back at its ticket, so no one who came after it is granted first.
-/// An undo without a waiting request (a try's, or after its deadline)
-/// keeps no place.
+/// A queued primitive of each kind, for the tests every kind must pass.
+enum Queued {
+    Fair(Locks),
+    Rw(RwLocks),
+    Sem(Semaphores),
+}
+
+/// An attempt's outcome: granted, and the ticket of the place it was
+/// given when blocked.
+fn outcome<T>(tried: Attempt<T>) -> (bool, Option<u64>) {
+    match tried {
+        Attempt::Granted(_) => (true, None),
+        Attempt::Blocked(b) => (false, b.place.map(|p| p.ticket)),
+        Attempt::Refused(_) => (false, None),
+    }
+}
+
+impl Queued {
+    async fn all(redis: &latchkey::devredis::RedisServer) -> Vec<Queued> {
+        let store = || store_on(latchkey::config::RedisMode::Standalone, vec![redis.url()]);
+        let sem = Semaphores::new(store().await, 5000);
+        for round in 1..=2 {
+            sem.set(&format!("q{round}"), 1).await.unwrap();
+        }
+        vec![
+            Queued::Fair(Locks::new(store().await, LockKind::Fair { grace_ms: 5000 })),
+            Queued::Rw(RwLocks::new(store().await, 5000)),
+            Queued::Sem(sem),
+        ]
+    }
+
+    /// A try of `holder` (a long-poll's with `wait.left_ms`), for the
+    /// write hold of a rwlock and one permit of a semaphore.
+    async fn try_acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        wait: Wait,
+        id: &AttemptId,
+    ) -> (bool, Option<u64>) {
+        let lease = (60000, wait);
+        match self {
+            Queued::Fair(l) => outcome(
+                l.try_acquire_in(name, holder, 60000, wait, id, None, "")
+                    .await
+                    .unwrap(),
+            ),
+            Queued::Rw(r) => outcome(
+                r.try_acquire_in(name, (holder, None), RwMode::Write, lease, id, None)
+                    .await
+                    .unwrap(),
+            ),
+            Queued::Sem(s) => outcome(
+                s.try_acquire_in(name, (holder, None), 1, lease, id, None)
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }
+
+    async fn release(&self, name: &str, holder: &str) {
+        let released = match self {
+            Queued::Fair(l) => l.release(name, holder, false).await.unwrap().is_some(),
+            Queued::Rw(r) => r
+                .release(name, holder, None, false)
+                .await
+                .unwrap()
+                .is_some(),
+            Queued::Sem(s) => s.release(name, holder).await.unwrap().is_some(),
+        };
+        assert!(released);
+    }
+
+    async fn undo(&self, name: &str, holder: &str, id: &AttemptId, wait: Wait) -> bool {
+        match self {
+            Queued::Fair(l) => l.undo_waiting(name, holder, id, wait).await,
+            Queued::Rw(r) => r.undo(name, holder, id, wait).await,
+            Queued::Sem(s) => s.undo(name, holder, id, wait).await,
+        }
+        .unwrap()
+    }
+}
+
+/// A waiter whose grant is given back (the try that granted it was cut
+/// short, by a Redis stall say, and its reply never reached the waiter)
+/// keeps its place while its request still waits: the undo puts it back at
+/// its ticket, so no one who came after it is granted first. An undo
+/// without a waiting request (a try's, or after its deadline) keeps no
+/// place. Fair locks, rwlocks and semaphores alike.
 #[tokio::test]
-async fn a_fair_waiter_whose_grant_is_given_back_keeps_its_place() {
+async fn a_waiter_whose_grant_is_given_back_keeps_its_place() {
     let redis = redis();
-    let store = store_on(latchkey::config::RedisMode::Standalone, vec![redis.url()]).await;
-    let locks = Locks::new(store, LockKind::Fair { grace_ms: 5000 });
-    let granted = |tried: Attempt<LockGrant>| matches!(tried, Attempt::Granted(_));
-    for (round, waiting) in [(1, true), (2, false)] {
-        let name = format!("f{round}");
-        let fresh = AttemptId::new;
-        let x = locks.try_acquire(&name, "x", 60000, None, &fresh()).await;
-        assert!(granted(x.unwrap()));
-        // w long-polls: blocked, it takes a place.
-        let first = locks
-            .try_acquire(&name, "w", 5000, Some(10000), &fresh())
-            .await;
-        let Attempt::Blocked(Blocked {
-            place: Some(place), ..
-        }) = first.unwrap()
-        else {
-            panic!("a long-poll behind a hold takes a place");
-        };
-        let wait = Wait {
-            left_ms: Some(9000),
-            ticket: place.ticket,
-        };
-        assert!(locks.release(&name, "x", false).await.unwrap().is_some());
-        // w's next try is granted, but its reply is lost: it is given back.
-        let lost = AttemptId::new();
-        let tried = locks.try_acquire_in(&name, "w", 5000, wait, &lost, None, "");
-        assert!(granted(tried.await.unwrap()));
-        let given_back = if waiting {
-            locks.undo_waiting(&name, "w", &lost, wait).await
-        } else {
-            locks.undo(&name, "w", &lost).await
-        };
-        assert!(given_back.unwrap());
-        // n arrives after w: a try.
-        let n = locks.try_acquire(&name, "n", 5000, None, &fresh()).await;
-        assert_eq!(granted(n.unwrap()), !waiting, "round {round}");
-        if waiting {
-            let again = (locks.try_acquire_in(&name, "w", 5000, wait, &fresh(), None, "")).await;
-            assert!(granted(again.unwrap()), "w keeps its place and goes");
+    let fresh = AttemptId::new;
+    let try_only = Wait::default();
+    for queued in Queued::all(&redis).await {
+        for (round, waiting) in [(1, true), (2, false)] {
+            let name = format!("q{round}");
+            assert!(queued.try_acquire(&name, "x", try_only, &fresh()).await.0);
+            // w long-polls: blocked, it takes a place.
+            let long_poll = Wait::from(Some(10000));
+            let (granted, ticket) = queued.try_acquire(&name, "w", long_poll, &fresh()).await;
+            assert!(!granted);
+            let wait = Wait {
+                left_ms: Some(9000),
+                ticket: ticket.expect("a long-poll behind a hold takes a place"),
+            };
+            queued.release(&name, "x").await;
+            // w's next try is granted, but its reply is lost: given back.
+            let lost = fresh();
+            assert!(queued.try_acquire(&name, "w", wait, &lost).await.0);
+            let sent = if waiting { wait } else { try_only };
+            assert!(queued.undo(&name, "w", &lost, sent).await);
+            // n arrives after w: a try.
+            let (n, _) = queued.try_acquire(&name, "n", try_only, &fresh()).await;
+            assert_eq!(n, !waiting, "round {round}");
+            if waiting {
+                let (again, _) = queued.try_acquire(&name, "w", wait, &fresh()).await;
+                assert!(again, "w keeps its place and goes");
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use latchkey::coord::semaphores::Semaphores;
-use latchkey::coord::{Attempt, AttemptId};
+use latchkey::coord::{Attempt, AttemptId, Wait};
 use redis::AsyncCommands;
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -609,22 +609,25 @@ async fn an_undo_gives_back_exactly_its_attempts_permits() {
             .unwrap(),
     );
     assert_eq!(again.permits, 3);
-    assert!(sems.undo("s", "h", &second).await.unwrap());
+    assert!(sems.undo("s", "h", &second, Wait::default()).await.unwrap());
     let state = sems.state("s").await.unwrap().unwrap();
     assert_eq!((state.available, state.holders), (4, 1));
-    assert!(!sems.undo("s", "h", &second).await.unwrap(), "undone once");
+    assert!(
+        !sems.undo("s", "h", &second, Wait::default()).await.unwrap(),
+        "undone once"
+    );
     let kept = sems.heartbeat("s", "h", None).await.unwrap().unwrap();
     assert_eq!((kept.permits, kept.grants), (1, 1));
     // An attempt undone before it ran grants nothing when it arrives.
     let late = AttemptId::new();
-    assert!(!sems.undo("s", "h", &late).await.unwrap());
+    assert!(!sems.undo("s", "h", &late, Wait::default()).await.unwrap());
     assert!(
         sems.try_acquire("s", "h", 1, 30000, None, &late)
             .await
             .is_err()
     );
     assert_eq!(sems.state("s").await.unwrap().unwrap().available, 4);
-    assert!(sems.undo("s", "h", &first).await.unwrap());
+    assert!(sems.undo("s", "h", &first, Wait::default()).await.unwrap());
     let state = sems.state("s").await.unwrap().unwrap();
     assert_eq!((state.available, state.holders), (5, 0));
 }

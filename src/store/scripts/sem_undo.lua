@@ -3,6 +3,9 @@
 -- holder's other permits.
 -- Runs after queue.lua and sem.lua (keys and common arguments there).
 --
+-- ARGV[4]  the wait of the attempt's request, as its tries send it, while
+--          it still waits ('' otherwise): a waiter whose grant is given
+--          back keeps its place (restore_place in queue.lua)
 -- ARGV[5]  attempt id
 -- ARGV[6]  lifetime of the marker (KEYS[3]) in milliseconds
 --
@@ -33,6 +36,8 @@ else
   redis.call('HSET', KEYS[7], 'as|' .. holder, table.concat(others, ' '))
   redis.call('HDEL', KEYS[7], 'a|' .. id)
 end
+-- A waiter whose request still waits keeps its place (queue.lua).
+restore_place(given .. '|' .. holder)
 expire_holds()
 wake()
 return 1
