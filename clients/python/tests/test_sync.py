@@ -329,6 +329,10 @@ def test_a_wait_interrupted_by_ctrl_c_leaves_its_queue(lk: latchkey.Client, othe
         _until_waiting(other, queued)
         signal.pthread_kill(main, signal.SIGINT)
 
+    # What a terminal's Ctrl-C gives: Python's own handler. A process that a
+    # non-interactive shell started in the background inherits SIGINT
+    # ignored, and Python then raises no KeyboardInterrupt at all.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupter = threading.Thread(target=interrupt)
     interrupter.start()
     try:
@@ -336,6 +340,7 @@ def test_a_wait_interrupted_by_ctrl_c_leaves_its_queue(lk: latchkey.Client, othe
             queued.waiter(lk, wait_ms=20_000, holder=f"py-{uuid.uuid4().hex}").acquire()
     finally:
         interrupter.join()
+        signal.signal(signal.SIGINT, previous)
     _assert_no_place_left(blocker, other, queued)
 
 
