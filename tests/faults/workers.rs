@@ -725,7 +725,7 @@ impl Kept {
     /// it may have run (its deadline and last look, or a thaw). A
     /// long-poll's 409 may come while one of its tries, cut short by a
     /// Redis freeze, is still to run (or the give-back of one, which keeps
-    /// a fair waiter's place): its place then lasts the grace from the thaw.
+    /// a waiter's place): its place then lasts the grace from the thaw.
     fn of(answer: &Answer, wait_ms: u64, lease_ms: u64) -> Option<Kept> {
         let grace = crate::cluster::QUEUE_GRACE_MS as f64;
         let (until, definite) = match answer.status {
