@@ -220,10 +220,14 @@ impl Sessions {
         self.store.write_repeatable(script, &key, args).await
     }
 
-    /// How long one call to Redis may take (what a try in a session, a
-    /// few calls, is bounded by as a whole).
-    pub fn response_timeout(&self) -> std::time::Duration {
-        self.store.response_timeout()
+    /// Runs `work`, a few calls (a try in a session, a heartbeat, a
+    /// delete), within what one call to Redis may take (see
+    /// [`Store::within_response_timeout`]).
+    pub async fn within_response_timeout<T, E: From<StoreError>>(
+        &self,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.store.within_response_timeout(work).await
     }
 
     /// Creates session `id` (namespaced like an object name) with its

@@ -250,10 +250,8 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<T, ApiError>>,
 {
-    let budget = state.store.response_timeout();
-    let page = tokio::time::timeout(budget, read_page(state, scope, source, part, q, read));
-    page.await
-        .unwrap_or_else(|_| Err(ApiError::from(StoreError::timeout())))
+    let page = read_page(state, scope, source, part, q, read);
+    state.store.within_response_timeout(page).await
 }
 
 /// [`list`]'s page, without its bound.

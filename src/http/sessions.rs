@@ -276,10 +276,9 @@ impl<A: Held> Acquisition for InSession<A> {
     /// what one call may take (as a try without a session is), whatever
     /// the request's deadline; a try cut short is given back.
     async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<Self::Grant>, StoreError> {
-        let budget = self.sessions.response_timeout();
-        tokio::time::timeout(budget, self.try_in_session(attempt))
+        (self.sessions)
+            .within_response_timeout(self.try_in_session(attempt))
             .await
-            .unwrap_or_else(|_| Err(StoreError::timeout()))
     }
 
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
@@ -396,7 +395,9 @@ pub async fn heartbeat(
 ) -> Result<Json<SessionGrant>, ApiError> {
     let session = path.scoped(&scope)?;
     let ttl = body.ttl_ms.map(|t| ttl_from(&state, Some(t))).transpose()?;
-    match state.sessions.heartbeat(&session.key, ttl).await? {
+    let sessions = &state.sessions;
+    let heartbeat = sessions.heartbeat(&session.key, ttl);
+    match sessions.within_response_timeout(heartbeat).await? {
         Some(renewed) => Ok(Json(SessionGrant::new(session.name, renewed))),
         None => Err(ApiError::not_held(NO_SUCH_SESSION)),
     }
@@ -454,7 +455,8 @@ pub async fn delete(
     ApiPath(path): ApiPath<SessionPath>,
 ) -> Result<Json<SessionReleased>, ApiError> {
     let session = path.scoped(&scope)?;
-    match state.sessions.delete(&session.key).await? {
+    let sessions = &state.sessions;
+    match (sessions.within_response_timeout(sessions.delete(&session.key))).await? {
         Some(released) => Ok(Json(SessionReleased { released })),
         None => Err(ApiError::not_found(NO_SUCH_SESSION)),
     }

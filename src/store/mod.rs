@@ -389,6 +389,18 @@ impl Store {
         self.inner.response_timeout
     }
 
+    /// Runs `work`, several calls one after another, within one response
+    /// timeout, as a request that does not wait must answer: past it,
+    /// [`StoreError::timeout`] (as `E`). A call cut short is as one whose
+    /// reply was lost: each caller's work is safe to repeat.
+    pub async fn within_response_timeout<T, E: From<StoreError>>(
+        &self,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        (tokio::time::timeout(self.inner.response_timeout, work).await)
+            .unwrap_or_else(|_| Err(E::from(StoreError::timeout())))
+    }
+
     /// When a call starting now must have its answer.
     fn deadline(&self) -> Instant {
         Instant::now() + self.inner.response_timeout
