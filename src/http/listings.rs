@@ -250,37 +250,23 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<T, ApiError>>,
 {
-    let page = read_page(state, scope, source, part, q, read);
-    state.store.within_response_timeout(page).await
-}
-
-/// [`list`]'s page, without its bound.
-async fn read_page<T, F, Fut>(
-    state: &AppState,
-    scope: &Scope,
-    source: Source<'_>,
-    part: &str,
-    q: Checked,
-    read: F,
-) -> Result<(Vec<T>, Option<String>), ApiError>
-where
-    F: Fn(String) -> Fut,
-    Fut: Future<Output = Result<T, ApiError>>,
-{
-    let (found, cursor) = names(state, scope, source, part, &q).await?;
-    let reads: Vec<Result<T, ApiError>> = stream::iter(found.into_iter().map(read))
-        .buffered(READS_AT_ONCE)
-        .collect()
-        .await;
-    let mut items = Vec::with_capacity(reads.len());
-    for read in reads {
-        match read {
-            Ok(item) => items.push(item),
-            Err(e) if e.status() == StatusCode::NOT_FOUND => {}
-            Err(e) => return Err(e),
+    let page = async {
+        let (found, cursor) = names(state, scope, source, part, &q).await?;
+        let reads: Vec<Result<T, ApiError>> = stream::iter(found.into_iter().map(read))
+            .buffered(READS_AT_ONCE)
+            .collect()
+            .await;
+        let mut items = Vec::with_capacity(reads.len());
+        for read in reads {
+            match read {
+                Ok(item) => items.push(item),
+                Err(e) if e.status() == StatusCode::NOT_FOUND => {}
+                Err(e) => return Err(e),
+            }
         }
-    }
-    Ok((items, cursor))
+        Ok((items, cursor))
+    };
+    state.store.within_response_timeout(page).await
 }
 
 /// One listing route per kind, with its page type: the `GET /{kind}`
