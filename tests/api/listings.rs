@@ -480,7 +480,7 @@ async fn listed_locks_and_sessions_show_their_owners_and_never_an_id() {
 /// nothing present throughout is missed.
 #[tokio::test]
 async fn a_failover_mid_listing_restarts_that_masters_scan_and_misses_nothing() {
-    use crate::sharded::{ask, owner, replica_of};
+    use crate::sharded::{ask, owner, owner_seen_by, replica_of};
     let cluster = RedisCluster::start_with_replicas(3).expect("cluster starts");
     let app = spawn_app(Config {
         redis_mode: RedisMode::Cluster,
@@ -499,7 +499,8 @@ async fn a_failover_mid_listing_restarts_that_masters_scan_and_misses_nothing() 
     assert_eq!(first_names.len(), 3, "{first}");
     let cursor = first["cursor"].as_str().expect("more pages").to_string();
     let one = first_names.iter().next().unwrap();
-    let master = owner(&cluster, 0, &format!("latchkey:{{{one}}}:lock")).await;
+    let key = format!("latchkey:{{{one}}}:lock");
+    let master = owner(&cluster, 0, &key).await;
     let replica = replica_of(&cluster, master).await;
     assert!(
         eventually(std::time::Duration::from_secs(10), || async {
@@ -520,6 +521,22 @@ async fn a_failover_mid_listing_restarts_that_masters_scan_and_misses_nothing() 
         })
         .await,
         "the replica takes over"
+    );
+    // The app asks any node for the layout: wait until the news of the
+    // takeover reached every node (gossip), or a node that has not heard
+    // yet sends the next page to the old master, now a replica with the
+    // same keys, and its scan goes on instead of restarting.
+    assert!(
+        eventually(std::time::Duration::from_secs(15), || async {
+            for via in 0..cluster.nodes.len() {
+                if owner_seen_by(&cluster, via, &key).await != Some(replica) {
+                    return false;
+                }
+            }
+            true
+        })
+        .await,
+        "every node names the replica as the slot's master"
     );
     // Follow the cursor (503s while the app learns the new topology are
     // retried).

@@ -28,6 +28,14 @@ pub(crate) async fn ask<T: redis::FromRedisValue>(node: &RedisServer, args: &[&s
 /// The index of the node that serves `key`'s slot as master, by the
 /// cluster's own view (asked of `via`, a live node).
 pub(crate) async fn owner(cluster: &RedisCluster, via: usize, key: &str) -> usize {
+    owner_seen_by(cluster, via, key)
+        .await
+        .unwrap_or_else(|| panic!("no master serves {key}'s slot"))
+}
+
+/// [`owner`], or `None` while `via` knows no master for the slot (as a
+/// node may for a moment during a failover).
+pub(crate) async fn owner_seen_by(cluster: &RedisCluster, via: usize, key: &str) -> Option<usize> {
     let slot: i64 = ask(&cluster.nodes[via], &["CLUSTER", "KEYSLOT", key]).await;
     let ranges: Vec<redis::Value> = ask(&cluster.nodes[via], &["CLUSTER", "SLOTS"]).await;
     for range in ranges {
@@ -47,14 +55,15 @@ pub(crate) async fn owner(cluster: &RedisCluster, via: usize, key: &str) -> usiz
             _ => continue,
         };
         if (start..=end).contains(&slot) {
-            return cluster
+            let node = cluster
                 .nodes
                 .iter()
                 .position(|n| i64::from(n.port()) == port)
                 .expect("a node of ours");
+            return Some(node);
         }
     }
-    panic!("no master serves slot {slot}")
+    None
 }
 
 /// The shard channels under `pattern` with subscribers on `node`.
