@@ -11,6 +11,10 @@
 //! back what it took (its undo). That is all or nothing for holders, but
 //! not atomic to observers: a state read may see a part of the set held
 //! for a moment (the book's "Multi-locks" (docs/src/multilocks.md)).
+//! Each of those requests of one call per lock is bounded by one response
+//! timeout as a whole ([`Store::within_response_timeout`]), as a request
+//! that does not wait must answer: an acquire cut short is given back by
+//! its caller's guard, a heartbeat or release cut short is safe to repeat.
 
 use redis::Value;
 
@@ -135,9 +139,8 @@ impl MultiLocks {
         owner: &str,
     ) -> Result<Attempt<Holds>, StoreError> {
         if !self.one_node() {
-            return self
-                .acquire_in_order(names, holder, lease_ms, attempt, session, owner)
-                .await;
+            let in_order = self.acquire_in_order(names, holder, lease_ms, attempt, session, owner);
+            return self.layout.store.within_response_timeout(in_order).await;
         }
         let [lease, id, version] = SessionTerm::args(Some(lease_ms), session);
         let own = [holder, &lease, attempt.as_str(), "", &id, &version, owner];
@@ -266,19 +269,22 @@ impl MultiLocks {
         lease_ms: Option<u64>,
     ) -> Result<Result<Holds, Indexes>, StoreError> {
         if !self.one_node() {
-            let mut holds = Vec::new();
-            let mut missing = Vec::new();
-            for (i, name) in names.iter().enumerate() {
-                match self.locks.heartbeat(name, holder, lease_ms).await? {
-                    Some(grant) => holds.push(grant),
-                    None => missing.push(i),
+            let each = async {
+                let mut holds = Vec::new();
+                let mut missing = Vec::new();
+                for (i, name) in names.iter().enumerate() {
+                    match self.locks.heartbeat(name, holder, lease_ms).await? {
+                        Some(grant) => holds.push(grant),
+                        None => missing.push(i),
+                    }
                 }
-            }
-            return Ok(if missing.is_empty() {
-                Ok(holds)
-            } else {
-                Err(missing)
-            });
+                Ok(if missing.is_empty() {
+                    Ok(holds)
+                } else {
+                    Err(missing)
+                })
+            };
+            return self.layout.store.within_response_timeout(each).await;
         }
         let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
         let reply: Vec<Value> = self
@@ -317,19 +323,22 @@ impl MultiLocks {
         holder: &str,
     ) -> Result<Result<Indexes, Indexes>, StoreError> {
         if !self.one_node() {
-            let (mut freed, mut missing) = (Vec::new(), Vec::new());
-            for (i, name) in names.iter().enumerate() {
-                match self.locks.release(name, holder, false).await? {
-                    Some(r) if r.released => freed.push(i),
-                    Some(_) => {}
-                    None => missing.push(i),
+            let each = async {
+                let (mut freed, mut missing) = (Vec::new(), Vec::new());
+                for (i, name) in names.iter().enumerate() {
+                    match self.locks.release(name, holder, false).await? {
+                        Some(r) if r.released => freed.push(i),
+                        Some(_) => {}
+                        None => missing.push(i),
+                    }
                 }
-            }
-            return Ok(if missing.is_empty() {
-                Ok(freed)
-            } else {
-                Err(missing)
-            });
+                Ok(if missing.is_empty() {
+                    Ok(freed)
+                } else {
+                    Err(missing)
+                })
+            };
+            return self.layout.store.within_response_timeout(each).await;
         }
         // A release must run at most once: not repeated on a dead connection.
         let (keys, args) = self.invocation(names, None, [holder, "", "", "", "", "", ""]);
