@@ -384,11 +384,6 @@ impl Store {
         format!("{}*", self.inner.prefix)
     }
 
-    /// How long one call may take from its start (the response timeout).
-    pub fn response_timeout(&self) -> Duration {
-        self.inner.response_timeout
-    }
-
     /// Runs `work`, several calls one after another, within one response
     /// timeout, as a request that does not wait must answer: past it,
     /// [`StoreError::timeout`] (as `E`). A call cut short is as one whose
