@@ -10,19 +10,20 @@ use axum::Json;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::locks::{LockGrant, LockKind, Locks};
 use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket, Wait};
 use crate::error::ApiError;
 use crate::http::access::{Scope, ScopedName};
 use crate::http::extract::{
     Millis, Owner, check_holder, check_holder_in_path, lease_from, new_holder, renewal_lease,
     wait_from,
 };
-use crate::http::longpoll::{Acquisition, Timing};
+use crate::http::longpoll::{Acquisition, Timing, waiting_data};
 use crate::http::problems::{self, lock_held};
 use crate::http::responses::{Counted, HoldView};
 use crate::http::sessions::{self, Held};
@@ -319,105 +320,233 @@ fn naming(kind: LockKind) -> (&'static str, &'static str) {
     }
 }
 
-/// One blocking acquire of a lock of either kind.
-#[derive(Clone)]
-struct LockAcquisition {
-    locks: Locks,
-    name: ScopedName,
-    holder: String,
-    lease_ms: u64,
-    /// When the request stops waiting (a fair waiter's queue entry lasts
-    /// until then plus the grace); `None` for a try, which takes no place.
-    deadline: Option<Instant>,
-    /// The ticket of the request's place in the queue, once it has one.
-    ticket: Ticket,
-    /// The hold's owner label ('' for none).
-    owner: String,
-}
+/// What the blocking acquire of one named object asks of its primitive: a
+/// lock of either kind, a read or a write hold of a rwlock, permits of a
+/// semaphore. The rest of such an acquire ([`OneAcquisition`]: the queue
+/// ticket, the wait left, sessions) is the same for all of them.
+pub trait Object: Clone + Send + Sync + 'static {
+    type Grant: Send + 'static;
 
-impl LockAcquisition {
-    fn grant(&self, grant: &LockGrant) -> Grant {
-        Grant::new(&self.name.name, &self.holder, grant)
-    }
+    /// The metrics label (see [`Acquisition::primitive`]).
+    fn primitive(&self) -> &'static str;
 
-    /// One try, in `session` or none.
-    async fn try_in(
+    /// The routes' prefix (`/locks`, ...), for a hold's `Location`.
+    fn resource(&self) -> &'static str;
+
+    /// The kind of hold a grant makes (for a session's holds).
+    fn hold_kind(&self) -> HoldKind;
+
+    /// The pub/sub channel that announces "maybe grantable now".
+    fn channel(&self, key: &str) -> String;
+
+    /// How its waiters wait.
+    fn mode(&self) -> WaitMode;
+
+    /// One try for `holder`, recording `owner`, under `attempt`.
+    fn attempt(
         &self,
+        key: &str,
+        holder_owner: (&str, &str),
+        lease_wait: (u64, Wait),
         attempt: &AttemptId,
-        lease_ms: u64,
         session: Option<SessionTerm<'_>>,
-    ) -> Result<Attempt<LockGrant>, StoreError> {
-        let left = Checked::wait_left_ms(self.deadline);
-        let owner = SessionTerm::owner_of(&self.owner, session);
-        self.ticket
-            .tried(left, |wait| {
-                let (name, holder) = (&self.name.key, &self.holder);
-                self.locks
-                    .try_acquire_in(name, holder, lease_ms, wait, attempt, session, &owner)
-            })
-            .await
+    ) -> impl Future<Output = Result<Attempt<Self::Grant>, StoreError>> + Send;
+
+    /// Gives back what `attempt` granted; `wait` is the request's while it
+    /// still waits (its place is kept).
+    fn undo(
+        &self,
+        key: &str,
+        holder: &str,
+        attempt: &AttemptId,
+        wait: Wait,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The request stopped waiting: its place goes.
+    fn leave(&self, key: &str, holder: &str)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The "not acquired" problem.
+    fn blocked(&self, blocked: Blocked) -> ApiError;
+
+    /// The data of an SSE `waiting` event.
+    fn waiting(&self, blocked: Blocked) -> Value {
+        waiting_data(blocked)
     }
+
+    /// The grant's body.
+    fn grant_body<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        grant: &'a Self::Grant,
+    ) -> impl Serialize + 'a;
 }
 
-impl Acquisition for LockAcquisition {
+impl Object for Locks {
     type Grant = LockGrant;
 
     fn primitive(&self) -> &'static str {
-        naming(self.locks.kind()).1
+        naming(self.kind()).1
     }
 
-    fn channel(&self) -> String {
-        self.locks.wake_channel(&self.name.key)
+    fn resource(&self) -> &'static str {
+        naming(self.kind()).0
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        match self.kind() {
+            LockKind::Plain => HoldKind::Lock,
+            LockKind::Fair { .. } => HoldKind::FairLock,
+        }
+    }
+
+    fn channel(&self, key: &str) -> String {
+        self.wake_channel(key)
     }
 
     fn mode(&self) -> WaitMode {
-        match self.locks.kind() {
+        match self.kind() {
             LockKind::Plain => WaitMode::Relay,
             LockKind::Fair { .. } => WaitMode::Queue,
         }
     }
 
-    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<LockGrant>, StoreError> {
-        self.try_in(attempt, self.lease_ms, None).await
-    }
-
-    /// A fair waiter whose request still waits keeps its place.
-    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
-        (self.locks)
-            .undo_waiting(&self.name.key, &self.holder, attempt, wait)
+    async fn attempt(
+        &self,
+        key: &str,
+        (holder, owner): (&str, &str),
+        (lease_ms, wait): (u64, Wait),
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<LockGrant>, StoreError> {
+        self.try_acquire_in(key, holder, lease_ms, wait, attempt, session, owner)
             .await
     }
 
-    async fn leave(&self) -> Result<(), StoreError> {
-        self.locks.leave(&self.name.key, &self.holder).await
+    /// A fair waiter whose request still waits keeps its place.
+    async fn undo(
+        &self,
+        key: &str,
+        holder: &str,
+        attempt: &AttemptId,
+        wait: Wait,
+    ) -> Result<bool, StoreError> {
+        self.undo_waiting(key, holder, attempt, wait).await
+    }
+
+    async fn leave(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        Locks::leave(self, key, holder).await
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
         lock_held(blocked)
     }
 
-    fn grant_body<'a>(&'a self, grant: &'a LockGrant) -> impl Serialize + 'a {
-        self.grant(grant)
+    fn grant_body<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        grant: &'a LockGrant,
+    ) -> impl Serialize + 'a {
+        Grant::new(name, holder, grant)
+    }
+}
+
+/// One blocking acquire of one named object (see [`Object`]).
+#[derive(Clone)]
+pub struct OneAcquisition<O: Object> {
+    object: O,
+    name: ScopedName,
+    holder: String,
+    /// The hold's owner label ('' for none; in a session, none takes the
+    /// session's).
+    owner: String,
+    lease_ms: u64,
+    /// When the request stops waiting (a queued waiter's place lasts
+    /// until then plus the grace); `None` for a try, which takes no place.
+    deadline: Option<Instant>,
+    /// The ticket of the request's place in the queue, once it has one.
+    ticket: Ticket,
+}
+
+impl<O: Object> OneAcquisition<O> {
+    /// One try, in `session` or none.
+    async fn try_in(
+        &self,
+        attempt: &AttemptId,
+        lease_ms: u64,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<O::Grant>, StoreError> {
+        let left = Checked::wait_left_ms(self.deadline);
+        let owner = SessionTerm::owner_of(&self.owner, session);
+        self.ticket
+            .tried(left, |wait| {
+                let holder_owner = (self.holder.as_str(), owner.as_ref());
+                let key = &self.name.key;
+                (self.object).attempt(key, holder_owner, (lease_ms, wait), attempt, session)
+            })
+            .await
+    }
+}
+
+impl<O: Object> Acquisition for OneAcquisition<O> {
+    type Grant = O::Grant;
+
+    fn primitive(&self) -> &'static str {
+        self.object.primitive()
+    }
+
+    fn channel(&self) -> String {
+        self.object.channel(&self.name.key)
+    }
+
+    fn mode(&self) -> WaitMode {
+        self.object.mode()
+    }
+
+    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<O::Grant>, StoreError> {
+        self.try_in(attempt, self.lease_ms, None).await
+    }
+
+    /// A queued waiter whose request still waits keeps its place.
+    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
+        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
+        (self.object)
+            .undo(&self.name.key, &self.holder, attempt, wait)
+            .await
+    }
+
+    async fn leave(&self) -> Result<(), StoreError> {
+        self.object.leave(&self.name.key, &self.holder).await
+    }
+
+    fn blocked(&self, blocked: Blocked) -> ApiError {
+        self.object.blocked(blocked)
+    }
+
+    fn waiting(&self, blocked: Blocked) -> Value {
+        self.object.waiting(blocked)
+    }
+
+    fn grant_body<'a>(&'a self, grant: &'a O::Grant) -> impl Serialize + 'a {
+        (self.object).grant_body(&self.name.name, &self.holder, grant)
     }
 
     fn location(&self) -> Option<String> {
-        let resource = naming(self.locks.kind()).0;
         Some(format!(
-            "{resource}/{}/holders/{}",
-            self.name.name, self.holder
+            "{}/{}/holders/{}",
+            self.object.resource(),
+            self.name.name,
+            self.holder
         ))
     }
 }
 
-impl Held for LockAcquisition {
+impl<O: Object> Held for OneAcquisition<O> {
     fn holds(&self) -> Vec<Hold> {
-        let kind = match self.locks.kind() {
-            LockKind::Plain => HoldKind::Lock,
-            LockKind::Fair { .. } => HoldKind::FairLock,
-        };
         vec![Hold {
-            kind,
+            kind: self.object.hold_kind(),
             name: self.name.key.clone(),
             holder: self.holder.clone(),
         }]
@@ -428,29 +557,31 @@ impl Held for LockAcquisition {
         attempt: &AttemptId,
         lease_ms: u64,
         session: SessionTerm<'_>,
-    ) -> Result<Attempt<LockGrant>, StoreError> {
+    ) -> Result<Attempt<O::Grant>, StoreError> {
         self.try_in(attempt, lease_ms, Some(session)).await
     }
 }
 
-/// `POST …/{name}/acquire`.
-pub async fn acquire(
+/// `POST …/{name}/acquire` (and a rwlock's `read/acquire` and
+/// `write/acquire`, a semaphore's `acquire`): the request checked, then
+/// answered by long-poll, stream or try, in a session where it names one.
+pub async fn acquire<O: Object>(
     state: &AppState,
-    locks: &Locks,
+    object: O,
     name: ScopedName,
     headers: HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
     let checked = Checked::new(state, name, body).await?;
     let timing = checked.timing();
-    let acquisition = LockAcquisition {
-        locks: locks.clone(),
+    let acquisition = OneAcquisition {
+        object,
         deadline: checked.deadline(),
         ticket: Ticket::default(),
         name: checked.name,
         holder: checked.holder,
-        lease_ms: checked.lease_ms,
         owner: checked.owner,
+        lease_ms: checked.lease_ms,
     };
     sessions::respond(state, headers, timing, checked.session, acquisition).await
 }
@@ -695,7 +826,7 @@ macro_rules! lock_routes {
             ApiJson(body): ApiJson<AcquireRequest>,
         ) -> Result<Response, ApiError> {
             let name = scope.name(path.name)?;
-            family::acquire(&state, &state.$field, name, headers, body).await
+            family::acquire(&state, state.$field.clone(), name, headers, body).await
         }
 
         $crate::http::lock_family::hold_routes! {

@@ -185,14 +185,7 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
     /// holds that block it (`held_by`), and whatever else the primitive
     /// reports while a request waits (a fair queue's `position`).
     fn waiting(&self, blocked: Blocked) -> Value {
-        let mut data = json!({
-            "retry_after_ms": blocked.retry_after_ms,
-            "held_by": blocked.held_by,
-        });
-        if let Some(position) = blocked.position {
-            data["position"] = json!(position);
-        }
-        data
+        waiting_data(blocked)
     }
 
     /// The grant's body (201 body, SSE `acquired` data), serialized from
@@ -218,6 +211,19 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
             None => (StatusCode::CREATED, axum::Json(grant)).into_response(),
         }
     }
+}
+
+/// The data of a `waiting` event by default: the hint, `held_by`, and a
+/// queue's `position` where the blocker has one.
+pub fn waiting_data(blocked: Blocked) -> Value {
+    let mut data = json!({
+        "retry_after_ms": blocked.retry_after_ms,
+        "held_by": blocked.held_by,
+    });
+    if let Some(position) = blocked.position {
+        data["position"] = json!(position);
+    }
+    data
 }
 
 /// The 201 response for a grant (with `Location`). The body is serialized

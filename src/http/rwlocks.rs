@@ -8,18 +8,15 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::rwlocks::{Mode, RwGrant, RwLocks};
-use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
+use crate::coord::sessions::HoldKind;
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Wait};
 use crate::http::access::ScopedName;
-use crate::http::lock_family::{AcquireRequest, Checked, ForceUnlock, Grant, HoldApi};
-use crate::http::longpoll::Acquisition;
+use crate::http::lock_family::{self, AcquireRequest, ForceUnlock, Grant, HoldApi, Object};
 use crate::http::problems::QUEUED;
 use crate::http::responses::{AcquireErrors, Counted, HoldView, NoSessionErrors, examples};
-use crate::http::sessions::{self, Held};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
 
@@ -142,80 +139,65 @@ pub struct RwLockStatus {
     pub holds: Vec<HoldView>,
 }
 
-/// One blocking acquire of a read or write hold.
+/// A read or a write hold of a rwlock, as the object of an acquire.
 #[derive(Clone)]
-struct RwAcquisition {
+struct RwHold {
     rwlocks: RwLocks,
-    name: ScopedName,
-    holder: String,
-    /// The hold's owner label ('' for none; in a session, none takes the
-    /// session's).
-    owner: String,
     mode: Mode,
-    lease_ms: u64,
-    /// `None` for a try, which takes no queue place.
-    deadline: Option<Instant>,
-    /// The ticket of the request's place in the queue, once it has one.
-    ticket: Ticket,
 }
 
-impl RwAcquisition {
-    /// One try, in `session` or none.
-    async fn try_in(
-        &self,
-        attempt: &AttemptId,
-        lease_ms: u64,
-        session: Option<SessionTerm<'_>>,
-    ) -> Result<Attempt<RwGrant>, StoreError> {
-        let left = Checked::wait_left_ms(self.deadline);
-        let owner = SessionTerm::owner_of(&self.owner, session);
-        self.ticket
-            .tried(left, |wait| {
-                let (name, holder) = (&self.name.key, self.holder.as_str());
-                self.rwlocks.try_acquire_in(
-                    name,
-                    (holder, Some(&owner)),
-                    self.mode,
-                    (lease_ms, wait),
-                    attempt,
-                    session,
-                )
-            })
-            .await
-    }
-}
-
-impl Acquisition for RwAcquisition {
+impl Object for RwHold {
     type Grant = RwGrant;
 
     fn primitive(&self) -> &'static str {
         "rwlock"
     }
 
-    fn channel(&self) -> String {
-        self.rwlocks.wake_channel(&self.name.key)
+    fn resource(&self) -> &'static str {
+        "/rwlocks"
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        match self.mode {
+            Mode::Read => HoldKind::Read,
+            Mode::Write => HoldKind::Write,
+        }
+    }
+
+    fn channel(&self, key: &str) -> String {
+        self.rwlocks.wake_channel(key)
     }
 
     fn mode(&self) -> WaitMode {
         WaitMode::Queue
     }
 
-    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<RwGrant>, StoreError> {
-        self.try_in(attempt, self.lease_ms, None).await
-    }
-
-    /// A waiter whose request still waits keeps its place.
-    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
+    async fn attempt(
+        &self,
+        key: &str,
+        (holder, owner): (&str, &str),
+        lease_wait: (u64, Wait),
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<RwGrant>, StoreError> {
+        let holder_owner = (holder, Some(owner));
         (self.rwlocks)
-            .undo(&self.name.key, &self.holder, attempt, wait)
+            .try_acquire_in(key, holder_owner, self.mode, lease_wait, attempt, session)
             .await
     }
 
-    async fn leave(&self) -> Result<(), StoreError> {
-        self.rwlocks
-            .leave(&self.name.key, &self.holder, self.mode)
-            .await
+    async fn undo(
+        &self,
+        key: &str,
+        holder: &str,
+        attempt: &AttemptId,
+        wait: Wait,
+    ) -> Result<bool, StoreError> {
+        self.rwlocks.undo(key, holder, attempt, wait).await
+    }
+
+    async fn leave(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        self.rwlocks.leave(key, holder, self.mode).await
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
@@ -232,38 +214,13 @@ impl Acquisition for RwAcquisition {
         json!({ "retry_after_ms": blocked.retry_after_ms, "held_by": blocked.held_by })
     }
 
-    fn grant_body<'a>(&'a self, grant: &'a RwGrant) -> impl Serialize + 'a {
-        RwGrantBody::new(&self.name.name, &self.holder, grant)
-    }
-
-    fn location(&self) -> Option<String> {
-        Some(format!(
-            "/rwlocks/{}/holders/{}",
-            self.name.name, self.holder
-        ))
-    }
-}
-
-impl Held for RwAcquisition {
-    fn holds(&self) -> Vec<Hold> {
-        let kind = match self.mode {
-            Mode::Read => HoldKind::Read,
-            Mode::Write => HoldKind::Write,
-        };
-        vec![Hold {
-            kind,
-            name: self.name.key.clone(),
-            holder: self.holder.clone(),
-        }]
-    }
-
-    async fn attempt_in(
-        &self,
-        attempt: &AttemptId,
-        lease_ms: u64,
-        session: SessionTerm<'_>,
-    ) -> Result<Attempt<RwGrant>, StoreError> {
-        self.try_in(attempt, lease_ms, Some(session)).await
+    fn grant_body<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        grant: &'a RwGrant,
+    ) -> impl Serialize + 'a {
+        RwGrantBody::new(name, holder, grant)
     }
 }
 
@@ -274,19 +231,11 @@ async fn acquire(
     headers: HeaderMap,
     body: AcquireRequest,
 ) -> Result<Response, ApiError> {
-    let checked = Checked::new(&state, name, body).await?;
-    let timing = checked.timing();
-    let acquisition = RwAcquisition {
+    let hold = RwHold {
         rwlocks: state.rwlocks.clone(),
-        deadline: checked.deadline(),
-        ticket: Ticket::default(),
-        name: checked.name,
-        holder: checked.holder,
-        owner: checked.owner,
         mode,
-        lease_ms: checked.lease_ms,
     };
-    sessions::respond(&state, headers, timing, checked.session, acquisition).await
+    lock_family::acquire(&state, hold, name, headers, body).await
 }
 
 const SSE_EXAMPLE: &str = "event: waiting\ndata: {\"retry_after_ms\":2500,\"held_by\":[\"cron nightly-export\"]}\n\nevent: acquired\ndata: {\"name\":\"catalog\",\"holder\":\"reader-1\",\"fencing_token\":8,\"hold_count\":1,\"lease_ms\":30000,\"expires_in_ms\":30000,\"heartbeat_interval_ms\":10000,\"mode\":\"read\",\"read_hold_count\":1,\"write_hold_count\":0}\n\n";

@@ -7,21 +7,18 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::coord::semaphores::{SemGrant, SemState, Semaphores};
-use crate::coord::sessions::{Hold, HoldKind};
-use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Ticket};
+use crate::coord::sessions::HoldKind;
+use crate::coord::{Attempt, AttemptId, Blocked, SessionTerm, Wait};
 use crate::http::access::ScopedName;
 use crate::http::extract::{Millis, Owner};
-use crate::http::lock_family::{AcquireRequest, Checked, Grant, HoldApi};
-use crate::http::longpoll::Acquisition;
+use crate::http::lock_family::{self, AcquireRequest, Grant, HoldApi, Object};
 use crate::http::problems::no_permits;
 use crate::http::responses::{
     AcquireErrors, BodyErrors, Counted, HoldView, ObjectErrors, examples,
 };
-use crate::http::sessions::{self, Held};
 use crate::store::StoreError;
 use crate::wait::WaitMode;
 
@@ -174,80 +171,69 @@ pub struct SemaphoreDeleted {
     pub deleted: bool,
 }
 
-/// One blocking acquire of permits.
+/// Permits of a semaphore, as the object of an acquire.
 #[derive(Clone)]
-struct SemAcquisition {
+struct Permits {
     semaphores: Semaphores,
-    name: ScopedName,
-    holder: String,
-    /// The hold's owner label ('' for none; in a session, none takes the
-    /// session's).
-    owner: String,
     permits: u64,
-    lease_ms: u64,
-    /// `None` for a try, which takes no queue place.
-    deadline: Option<Instant>,
-    /// The ticket of the request's place in the queue, once it has one.
-    ticket: Ticket,
 }
 
-impl SemAcquisition {
-    /// One try, in `session` or none.
-    async fn try_in(
-        &self,
-        attempt: &AttemptId,
-        lease_ms: u64,
-        session: Option<SessionTerm<'_>>,
-    ) -> Result<Attempt<SemGrant>, StoreError> {
-        let left = Checked::wait_left_ms(self.deadline);
-        let owner = SessionTerm::owner_of(&self.owner, session);
-        self.ticket
-            .tried(left, |wait| {
-                let (name, holder) = (&self.name.key, self.holder.as_str());
-                self.semaphores.try_acquire_in(
-                    name,
-                    (holder, Some(&owner)),
-                    self.permits,
-                    (lease_ms, wait),
-                    attempt,
-                    session,
-                )
-            })
-            .await
-    }
-}
-
-impl Acquisition for SemAcquisition {
+impl Object for Permits {
     type Grant = SemGrant;
 
     fn primitive(&self) -> &'static str {
         "semaphore"
     }
 
-    fn channel(&self) -> String {
-        self.semaphores.wake_channel(&self.name.key)
+    fn resource(&self) -> &'static str {
+        "/semaphores"
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        HoldKind::Semaphore
+    }
+
+    fn channel(&self, key: &str) -> String {
+        self.semaphores.wake_channel(key)
     }
 
     fn mode(&self) -> WaitMode {
         WaitMode::Queue
     }
 
-    async fn attempt(&self, attempt: &AttemptId) -> Result<Attempt<SemGrant>, StoreError> {
-        self.try_in(attempt, self.lease_ms, None).await
-    }
-
-    /// A waiter whose request still waits keeps its place.
-    async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
+    async fn attempt(
+        &self,
+        key: &str,
+        (holder, owner): (&str, &str),
+        lease_wait: (u64, Wait),
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+    ) -> Result<Attempt<SemGrant>, StoreError> {
+        let holder_owner = (holder, Some(owner));
         (self.semaphores)
-            .undo(&self.name.key, &self.holder, attempt, wait)
+            .try_acquire_in(
+                key,
+                holder_owner,
+                self.permits,
+                lease_wait,
+                attempt,
+                session,
+            )
             .await
     }
 
-    async fn leave(&self) -> Result<(), StoreError> {
-        self.semaphores
-            .leave(&self.name.key, &self.holder, self.permits)
-            .await
+    async fn undo(
+        &self,
+        key: &str,
+        holder: &str,
+        attempt: &AttemptId,
+        wait: Wait,
+    ) -> Result<bool, StoreError> {
+        self.semaphores.undo(key, holder, attempt, wait).await
+    }
+
+    async fn leave(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        self.semaphores.leave(key, holder, self.permits).await
     }
 
     fn blocked(&self, blocked: Blocked) -> ApiError {
@@ -263,34 +249,13 @@ impl Acquisition for SemAcquisition {
         })
     }
 
-    fn grant_body<'a>(&'a self, grant: &'a SemGrant) -> impl Serialize + 'a {
-        SemaphoreGrant::new(&self.name.name, &self.holder, grant)
-    }
-
-    fn location(&self) -> Option<String> {
-        Some(format!(
-            "/semaphores/{}/holders/{}",
-            self.name.name, self.holder
-        ))
-    }
-}
-
-impl Held for SemAcquisition {
-    fn holds(&self) -> Vec<Hold> {
-        vec![Hold {
-            kind: HoldKind::Semaphore,
-            name: self.name.key.clone(),
-            holder: self.holder.clone(),
-        }]
-    }
-
-    async fn attempt_in(
-        &self,
-        attempt: &AttemptId,
-        lease_ms: u64,
-        session: SessionTerm<'_>,
-    ) -> Result<Attempt<SemGrant>, StoreError> {
-        self.try_in(attempt, lease_ms, Some(session)).await
+    fn grant_body<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        grant: &'a SemGrant,
+    ) -> impl Serialize + 'a {
+        SemaphoreGrant::new(name, holder, grant)
     }
 }
 
@@ -383,19 +348,11 @@ pub async fn acquire(
         session: body.session,
         owner: body.owner,
     };
-    let checked = Checked::new(&state, name, rest).await?;
-    let timing = checked.timing();
-    let acquisition = SemAcquisition {
+    let object = Permits {
         semaphores: state.semaphores.clone(),
-        deadline: checked.deadline(),
-        ticket: Ticket::default(),
-        name: checked.name,
-        holder: checked.holder,
-        owner: checked.owner,
         permits,
-        lease_ms: checked.lease_ms,
     };
-    sessions::respond(&state, headers, timing, checked.session, acquisition).await
+    lock_family::acquire(&state, object, name, headers, rest).await
 }
 
 impl HoldApi for Semaphores {
