@@ -1,10 +1,12 @@
-//! What the lock family's routes share (`/locks`, `/fair-locks`, and for
-//! `/rwlocks` all but the acquires): path and body types, the grant, a
-//! checked acquire request, the blocking acquire of a lock as an
-//! [`Acquisition`], the handlers of holds and objects generic over
+//! What the lock family's routes share (`/locks`, `/fair-locks`,
+//! `/rwlocks`, and for `/semaphores` all but the configuration): path and
+//! body types, the grant, a checked acquire request, the blocking acquire
+//! of one named object (a lock, a rwlock's read or write hold, a
+//! semaphore's permits) as an [`Acquisition`] over what each says of
+//! itself ([`Object`]), the handlers of holds and objects generic over
 //! [`HoldApi`], and the macros that give each resource its routes with
-//! their OpenAPI operations (`lock_routes!`, `hold_routes!`; utoipa
-//! needs literal paths and concrete types).
+//! their OpenAPI operations (`lock_routes!`, `hold_routes!`; utoipa needs
+//! literal paths and concrete types).
 
 use axum::Json;
 use axum::http::HeaderMap;
