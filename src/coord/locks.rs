@@ -185,18 +185,9 @@ impl Locks {
         session: Option<SessionTerm<'_>>,
         owner: &str,
     ) -> Result<Attempt<LockGrant>, StoreError> {
-        let keys = self.layout.keys(name, Some(attempt), &[]);
-        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
-        let args = self.layout.acquire_args(
-            name,
-            holder,
-            wait,
-            &[&lease, attempt.as_str(), &session, &version, owner],
-        );
-        let reply: Vec<Value> = self
-            .layout
-            .store
-            .write_repeatable(self.scripts().acquire, &keys, &args)
+        let (script, who, lease) = (self.scripts().acquire, (holder, owner), (lease_ms, wait));
+        let reply = (self.layout)
+            .acquire(script, name, who, None, lease, attempt, session, &[])
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),

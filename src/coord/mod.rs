@@ -433,6 +433,39 @@ impl Layout {
         Ok(undone == 1)
     }
 
+    /// Runs an acquire script (`scripts/lock_acquire.lua`,
+    /// `scripts/rw_acquire.lua`, `scripts/sem_acquire.lua`) for `attempt`:
+    /// the common arguments with the request's `wait`, then the
+    /// primitive's own `first` argument where it has one (a mode, a number
+    /// of permits), the lease (or the session's end), the attempt, the
+    /// session and its version, and `owner`. Its reply is the script's.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire(
+        &self,
+        script: &Script,
+        name: &str,
+        (holder, owner): (&str, &str),
+        first: Option<&str>,
+        (lease_ms, wait): (u64, Wait),
+        attempt: &AttemptId,
+        session: Option<SessionTerm<'_>>,
+        extra: &[&str],
+    ) -> Result<Vec<Value>, StoreError> {
+        let keys = self.keys(name, Some(attempt), extra);
+        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
+        let own = [
+            first.unwrap_or(""),
+            &lease,
+            attempt.as_str(),
+            &session,
+            &version,
+            owner,
+        ];
+        let own = &own[usize::from(first.is_none())..];
+        let args = self.acquire_args(name, holder, wait, own);
+        self.store.write_repeatable(script, &keys, &args).await
+    }
+
     /// A waiter's request ended before its deadline without a grant: its
     /// queue entry (`member`) now lapses one grace from now, so a client
     /// that polls again in time keeps its place.

@@ -17,6 +17,10 @@ use super::{
 };
 use crate::store::{Script, Store, StoreError, reply_u64, scripts};
 
+/// The key every rwlock script gets after the common ones: the readers'
+/// hash.
+const READERS: &[&str] = &["readers"];
+
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -116,7 +120,7 @@ impl RwLocks {
     }
 
     fn keys(&self, name: &str, attempt: Option<&AttemptId>) -> Vec<String> {
-        self.layout.keys(name, attempt, &["readers"])
+        self.layout.keys(name, attempt, READERS)
     }
 
     /// One try for a hold in `mode`; see [`crate::coord::locks::Locks::try_acquire`].
@@ -145,28 +149,22 @@ impl RwLocks {
         name: &str,
         (holder, owner): (&str, Option<&str>),
         mode: Mode,
-        (lease_ms, wait): (u64, Wait),
+        lease: (u64, Wait),
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<RwGrant>, StoreError> {
-        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
-        let args = self.layout.acquire_args(
-            name,
-            holder,
-            wait,
-            &[
-                mode.code(),
-                &lease,
-                attempt.as_str(),
-                &session,
-                &version,
-                owner.unwrap_or(""),
-            ],
-        );
-        let reply: Vec<Value> = self
-            .layout
-            .store
-            .write_repeatable(&scripts::RW_ACQUIRE, &self.keys(name, Some(attempt)), &args)
+        let (script, who) = (&scripts::RW_ACQUIRE, (holder, owner.unwrap_or("")));
+        let reply = (self.layout)
+            .acquire(
+                script,
+                name,
+                who,
+                Some(mode.code()),
+                lease,
+                attempt,
+                session,
+                READERS,
+            )
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
@@ -194,7 +192,7 @@ impl RwLocks {
     ) -> Result<bool, StoreError> {
         let script = &scripts::RW_UNDO;
         (self.layout)
-            .undo(script, name, (holder, wait), attempt, &["readers"])
+            .undo(script, name, (holder, wait), attempt, READERS)
             .await
     }
 

@@ -150,30 +150,23 @@ impl Semaphores {
         name: &str,
         (holder, owner): (&str, Option<&str>),
         permits: u64,
-        (lease_ms, wait): (u64, Wait),
+        lease: (u64, Wait),
         attempt: &AttemptId,
         session: Option<SessionTerm<'_>>,
     ) -> Result<Attempt<SemGrant>, StoreError> {
+        let (script, who) = (&scripts::SEM_ACQUIRE, (holder, owner.unwrap_or("")));
         let permits = permits.to_string();
-        let [lease, session, version] = SessionTerm::args(Some(lease_ms), session);
-        let args = self.layout.acquire_args(
-            name,
-            holder,
-            wait,
-            &[
-                &permits,
-                &lease,
-                attempt.as_str(),
-                &session,
-                &version,
-                owner.unwrap_or(""),
-            ],
-        );
-        let keys = self.layout.keys(name, Some(attempt), EXTRA);
-        let reply: Vec<Value> = self
-            .layout
-            .store
-            .write_repeatable(&scripts::SEM_ACQUIRE, &keys, &args)
+        let reply = (self.layout)
+            .acquire(
+                script,
+                name,
+                who,
+                Some(&permits),
+                lease,
+                attempt,
+                session,
+                EXTRA,
+            )
             .await?;
         match reply.as_slice() {
             [Value::Int(1), rest @ ..] => Ok(Attempt::Granted(grant(rest)?)),
