@@ -164,8 +164,12 @@ async function runRateLimitExample(lk, steps) {
   const visit = (ip) =>
     limited.fetch(new Request("http://edge.example/", { headers: { "x-forwarded-for": `${ip}, 10.0.0.1` } }));
   try {
-    const octet = Math.floor(Math.random() * 200) + 1;
-    const [a, b, c] = [`198.51.100.${octet}`, `192.0.2.${octet}`, `203.0.113.${octet}`];
+    // What an IP has taken stays taken across a DELETE and a new PUT of the
+    // limiter, so each run takes fresh addresses: 32 random bits of the
+    // IPv6 documentation prefix (a random octet of 200 once collided).
+    const run = crypto.randomUUID();
+    const net = `2001:db8:${run.slice(0, 4)}:${run.slice(4, 8)}`;
+    const [a, b, c] = [`${net}::a`, `${net}::b`, `${net}::c`];
     for (let i = 0; i < 2; i++) {
       const ok = await visit(a);
       const text = await ok.text();
