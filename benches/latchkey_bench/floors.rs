@@ -242,7 +242,19 @@ fn item_is(v: &Value, i: usize, want: &[u8]) -> bool {
     matches!(v, Value::Array(items) if items.get(i).and_then(text) == Some(want))
 }
 
+/// The floors the bare server's stack floor also serves over HTTP
+/// ([`crate::bare`]): the plain lock's own scripts and Redisson's lock.
+pub const STACK_FLOORS: [Floor; 2] = [Floor::Own(Primitive::Lock), Floor::Redisson(Redisson::Lock)];
+
 impl Floor {
+    /// The route prefix of a [`STACK_FLOORS`] floor on the bare server.
+    pub fn stack_route(self) -> &'static str {
+        match self {
+            Floor::Redisson(_) => "/redisson-locks",
+            Floor::Own(_) => "/locks",
+        }
+    }
+
     /// Every floor, in the order its rounds run: each primitive's own,
     /// then Redisson's.
     pub fn all() -> impl Iterator<Item = Floor> {

@@ -7,7 +7,7 @@ use crate::floors::{Floor, Redisson};
 use crate::measured::{Goal, Report, Target};
 use crate::ops::Primitive;
 use crate::stats::fig;
-use crate::throughput::{self, Kind, own};
+use crate::throughput::{self, Kind, STACK, STACK_REDISSON, own};
 use crate::{fanout, handoff};
 
 /// The concurrency the throughput goals are set at.
@@ -81,6 +81,35 @@ fn throughput_goals(r: &throughput::Row) -> Vec<Goal> {
         own(Primitive::Lock),
         Target::None,
     ));
+    // Three more (no goal of their own): how much of the gap to Redisson
+    // is latchkey's code, and what the stack under it (axum and redis-rs,
+    // one EVALSHA per request) leaves for any code on top, with the
+    // lock's own scripts and with Redisson's.
+    goals.push(pairs(
+        r,
+        format!(
+            "plain-lock acquire+release pairs/s, c={C} ÷ the same pairs on bare axum + \
+             redis-rs (one EVALSHA of the lock's own scripts per request, nothing else)"
+        ),
+        plain,
+        STACK,
+        Target::None,
+    ));
+    for (stack, scripts) in [
+        (STACK, "the lock's own"),
+        (STACK_REDISSON, "Redisson-style RLock"),
+    ] {
+        goals.push(pairs(
+            r,
+            format!(
+                "bare axum + redis-rs pairs/s with {scripts} scripts, c={C} ÷ Redisson-style \
+                 RLock scripts pipelined on one connection straight to Redis"
+            ),
+            stack,
+            redisson,
+            Target::None,
+        ));
+    }
     let others = [
         Primitive::Semaphore,
         Primitive::ReadLock,
@@ -204,6 +233,21 @@ fn bound_goal(r: &throughput::Row) -> Goal {
     }
 }
 
+/// An extra row next to the c=1 bound: the acquire p50 against the same
+/// acquire on bare axum + redis-rs (the stack floor).
+fn stack_latency(r: &throughput::Row) -> Goal {
+    Goal {
+        measure: format!(
+            "acquire p50 µs, c={} ÷ the same acquire on bare axum + redis-rs",
+            r.c
+        ),
+        latchkey: r.of(Kind::Http(Primitive::Lock)).acquire_p50_us(),
+        reference: r.of(STACK).acquire_p50_us(),
+        decimals: 0,
+        target: Target::None,
+    }
+}
+
 /// Every goal, in the issue's order, then the sections' own.
 pub fn of(report: &Report) -> Vec<Goal> {
     let at = |c: usize| report.throughput.iter().find(|r| r.c == c);
@@ -211,6 +255,7 @@ pub fn of(report: &Report) -> Vec<Goal> {
     goals.extend(fanout_goals(&report.fanout));
     goals.push(handoff_goal(&report.handoff));
     goals.extend(at(1).map(bound_goal));
+    goals.extend(at(1).map(stack_latency));
     goals.extend(report.sections.iter().flat_map(|s| s.goals.clone()));
     goals
 }

@@ -230,7 +230,7 @@ fn run(
     // Its "latchkey listening" line (info) still names its address.
     let warn_log = ("LATCHKEY_LOG", "warn,latchkey::app=info".to_string());
     let warn = procs::start_service_with(cpu, &redis_url, None, &[warn_log])?;
-    let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER)?;
+    let (bare, bare_url) = procs::start_bare(cpu, bare::MARKER, Some(&redis_url))?;
     let baseline = match std::env::var_os(BASELINE) {
         Some(path) => Some(procs::start_build(
             cpu,

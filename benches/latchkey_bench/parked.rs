@@ -257,7 +257,7 @@ async fn park(
 async fn round(setup: &Setup, variant: Variant, round: usize) -> Result<(f64, f64), String> {
     let max_waiters = setup.waiters + setup.warm_up;
     let server = if variant == Variant::Bare {
-        let (child, base) = procs::start_bare(setup.cpu, crate::bare::MARKER)?;
+        let (child, base) = procs::start_bare(setup.cpu, crate::bare::MARKER, None)?;
         Service { child, base }
     } else {
         procs::start_service(setup.cpu, &setup.redis_url, Some((max_waiters, WAIT_MS)))?

@@ -235,10 +235,16 @@ fn listening_addr(stdout: ChildStdout) -> Result<SocketAddr, String> {
 }
 
 /// Re-executes this benchmark as the bare-axum server (see [`crate::bare`]),
-/// and returns it with its base URL.
-pub fn start_bare(cpu: Option<usize>, marker: &str) -> Result<(Child, String), String> {
+/// with the stack floor on the Redis at `redis_url` if one is given, and
+/// returns it with its base URL.
+pub fn start_bare(
+    cpu: Option<usize>,
+    marker: &str,
+    redis_url: Option<&str>,
+) -> Result<(Child, String), String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut command = command(cpu, &exe, &[marker]);
+    let args: Vec<&str> = [marker].into_iter().chain(redis_url).collect();
+    let mut command = command(cpu, &exe, &args);
     command.stdin(Stdio::piped()).stdout(Stdio::piped());
     let mut child = spawn(command, "the bare axum server")?;
     let stdout = child.inner.stdout.take().ok_or("no stdout pipe")?;

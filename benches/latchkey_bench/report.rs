@@ -11,7 +11,7 @@ use crate::floors::{Floor, Redisson};
 use crate::measured::Report;
 use crate::ops::{self, Primitive};
 use crate::stats::fig;
-use crate::throughput::{Kind, bound_us, own};
+use crate::throughput::{Kind, STACK, STACK_REDISSON, bound_us, own};
 use crate::{alongside, fanout, goals, handoff, parked, throughput};
 
 /// One table row: measure | latchkey | direct | bare | ÷ direct | ÷ bare.
@@ -66,6 +66,22 @@ fn throughput_rows(rows: &[throughput::Row]) {
             );
         }
     }
+    for r in rows {
+        for (stack, scripts) in [(STACK, "its own"), (STACK_REDISSON, "Redisson-style RLock")] {
+            row(
+                &format!(
+                    "acquire+release pairs/s, c={} vs bare axum + redis-rs (direct: the same \
+                     pairs on the bare server, one EVALSHA of {scripts} scripts per request; \
+                     bare: pairs of GETs)",
+                    r.c
+                ),
+                r.per_s(Kind::Http(Primitive::Lock)),
+                r.per_s(stack),
+                r.per_s(Kind::Bare) / 2.0,
+                0,
+            );
+        }
+    }
     for r in rows.iter().filter(|r| r.c == 64) {
         row(
             "GET req/s, c=64: latchkey `/healthz` vs bare `/`",
@@ -106,6 +122,14 @@ fn throughput_rows(rows: &[throughput::Row]) {
             "p50 µs, c=1: acquire (direct: the bound, one bare GET + one script call)",
             acquire.acquire_p50_us(),
             bound_us(r),
+            NONE,
+            0,
+        );
+        let stack = r.of(STACK);
+        row(
+            "p50 µs, c=1: acquire (direct: the same on bare axum + redis-rs)",
+            acquire.acquire_p50_us(),
+            stack.acquire_p50_us(),
             NONE,
             0,
         );

@@ -23,7 +23,12 @@
 //!   runs;
 //! - **bare** / **healthz**: `GET /` on the bare axum server and
 //!   `GET /healthz` on latchkey — the HTTP ceiling, and latchkey's own
-//!   routing and layers without Redis.
+//!   routing and layers without Redis;
+//! - **stack**: the plain-lock pair on the bare axum server's stack floor
+//!   ([`crate::bare`]): one EVALSHA of the lock's own scripts (or of the
+//!   Redisson-style RLock scripts) per request through redis-rs, and
+//!   nothing else — what axum and redis-rs cost together, without
+//!   latchkey's code.
 //!
 //! The kinds' rounds are interleaved ([`Kind::all`] in order, round after
 //! round) and each figure is the median over rounds, so all columns of a
@@ -45,7 +50,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{self, Conn, LEASE_MS};
 use crate::cpu::Watch;
-use crate::floors::Floor;
+use crate::floors::{Floor, Redisson};
 use crate::ops::{Op, Primitive, SEM_PERMITS};
 use crate::redisinfo::Redis;
 use crate::stats::{median, percentile_us};
@@ -214,6 +219,9 @@ pub enum Kind {
     Floor(Floor),
     /// `GET /` on the bare axum server.
     Bare,
+    /// Plain-lock pairs on the bare server's stack floor, over one of
+    /// [`STACK_FLOORS`](crate::floors::STACK_FLOORS)'s scripts.
+    Stack(Floor),
     /// `GET /healthz` on the service.
     Healthz,
     /// `GET /healthz` on an instance at `LATCHKEY_LOG=warn` (no request
@@ -223,10 +231,11 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the order their rounds interleave: the service's
-    /// pairs, the floors, the GETs.
+    /// pairs, the floors, the stack floor's pairs, the GETs.
     pub fn all() -> Vec<Kind> {
         (Primitive::ALL.map(Kind::Http).into_iter())
             .chain(Floor::all().map(Kind::Floor))
+            .chain(crate::floors::STACK_FLOORS.map(Kind::Stack))
             .chain([Kind::Bare, Kind::Healthz, Kind::HealthzWarn])
             .collect()
     }
@@ -236,11 +245,18 @@ impl Kind {
             Kind::Http(p) => p.name(),
             Kind::Floor(f) => f.name(),
             Kind::Bare => "bare",
+            Kind::Stack(Floor::Own(_)) => "axum + redis-rs",
+            Kind::Stack(Floor::Redisson(_)) => "axum + redis-rs, Redisson's scripts",
             Kind::Healthz => "healthz",
             Kind::HealthzWarn => "healthz at warn",
         }
     }
 }
+
+/// Plain-lock pairs on bare axum + redis-rs with the lock's own scripts.
+pub const STACK: Kind = Kind::Stack(Floor::Own(Primitive::Lock));
+/// The same with the Redisson-style RLock scripts.
+pub const STACK_REDISSON: Kind = Kind::Stack(Floor::Redisson(Redisson::Lock));
 
 /// The floor of a primitive: its own scripts called directly.
 pub const fn own(p: Primitive) -> Kind {
@@ -459,6 +475,10 @@ impl Targets {
             Kind::Http(p) => drive(self.primitive_pairs(p, c), timing, watch).await,
             Kind::Floor(f) => drive(f.pairs(&self.direct, c), timing, watch).await,
             Kind::Bare => drive(self.gets(&self.bare, "/", c), timing, watch).await,
+            Kind::Stack(f) => {
+                let pairs = self.http_pairs_on(&self.bare, c, f.stack_route(), "acquire");
+                drive(pairs, timing, watch).await
+            }
             Kind::Healthz => drive(self.gets(&self.latchkey, "/healthz", c), timing, watch).await,
             Kind::HealthzWarn => drive(self.gets(&self.warn, "/healthz", c), timing, watch).await,
         }
