@@ -76,6 +76,11 @@ impl<V: Clone> CountedMap<V> {
         }
     }
 
+    /// Every key with at least one user, right now.
+    pub fn keys(&self) -> Vec<String> {
+        self.entries.lock().keys().cloned().collect()
+    }
+
     /// Keys with at least one user.
     pub fn len(&self) -> usize {
         self.entries.lock().len()

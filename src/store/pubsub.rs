@@ -4,11 +4,19 @@
 //! - The hub owns one connection that is never pooled (a subscribed
 //!   connection can't run other commands, and blocking a shared
 //!   multiplexed connection would stall everything on it).
-//! - It holds a single pattern subscription, `{prefix}*`, so subscribing a
-//!   waiter is purely in-process: there is no SUBSCRIBE round trip and no
-//!   window in which a new waiter's channel is not yet subscribed.
-//!   Trade-off: every instance receives every notification of the
-//!   deployment; notifications are tiny and only sent on state changes.
+//! - It subscribes exactly the channels that have local waiters, so an
+//!   instance is sent only the messages it has a use for: a release that
+//!   nobody waits on reaches no instance (with one pattern for every
+//!   channel, every instance of a deployment was sent, and dropped, every
+//!   release of every other one, and its own). A channel's first
+//!   [`Subscription`] asks the hub's task to subscribe it, its last one's
+//!   Drop to unsubscribe it; both only queue the channel's name (no
+//!   await). The task reconciles each queued channel with its current
+//!   users, so racing joins and leaves end in the right state, and sends
+//!   a burst of them as one command. A waiter may check Redis before its
+//!   channel is subscribed, so every confirmed subscription wakes the
+//!   channel's waiters to check again: a message sent in between is not
+//!   lost, the check after the confirmation sees what it announced.
 //! - In-process fan-out: a map from channel to a reference-counted entry
 //!   holding a `watch` of the latest [`Note`] (a counter and the message's
 //!   payload, for waiters that read it) and a member count. A waiter marks the
@@ -18,28 +26,26 @@
 //! - Reconnect with capped exponential backoff; a PING every few seconds
 //!   detects a silently dead connection. Messages published while
 //!   disconnected are lost, so on every (re)connect all waiters are woken to
-//!   re-check.
+//!   re-check, and every channel with waiters is subscribed again.
+//! - A Redis user that may not `SUBSCRIBE` (an ACL written for the
+//!   versions that subscribed by pattern, `+psubscribe` only) makes the
+//!   hub fall back, with a warning, to one pattern subscription, `{prefix}*`,
+//!   which covers every channel.
 //!
 //! On a Redis Cluster the scripts publish with `SPUBLISH` (see
 //! [`super::scripts`]), and a message reaches only the shard that owns its
-//! channel's slot, so one pattern cannot cover them. There the hub holds
-//! one cluster connection (RESP3, messages arrive as pushes) and
-//! `SSUBSCRIBE`s exactly the channels that have local waiters, each on its
-//! shard; the redis crate routes each by slot and subscribes again by
-//! itself after a reconnect or a slot-map change it knows of. It does not
-//! notice a replica promoted in place of a dead master, nor keep a channel
-//! the server dropped because its slot moved: so after a lost node
-//! connection the hub subscribes every channel again (the command finds the
-//! shard's live node), and it answers a `SUNSUBSCRIBE` it did not ask for
-//! by subscribing again (the crate follows the redirect). A channel's first
-//! [`Subscription`] asks the hub's task to subscribe it, its last one's
-//! Drop to unsubscribe it; both only queue the channel's name (no await).
-//! The task reconciles each queued channel with its current users, so
-//! racing joins and leaves end in the right state. A waiter may check Redis
-//! before its channel is subscribed, so every confirmed `SSUBSCRIBE` (ours,
-//! or the crate's own after a reconnect) wakes the channel's waiters to
-//! check again, and a lost node connection wakes every waiter, as a
-//! reconnect does above.
+//! channel's slot. There the hub holds one cluster connection (RESP3,
+//! messages arrive as pushes) and `SSUBSCRIBE`s the channels with local
+//! waiters as above, each on its shard; the redis crate routes each by
+//! slot and subscribes again by itself after a reconnect or a slot-map
+//! change it knows of. It does not notice a replica promoted in place of a
+//! dead master, nor keep a channel the server dropped because its slot
+//! moved: so after a lost node connection the hub subscribes every channel
+//! again (the command finds the shard's live node), and it answers a
+//! `SUNSUBSCRIBE` it did not ask for by subscribing again (the crate
+//! follows the redirect). There the confirmation is a push, which wakes
+//! the channel's waiters, and a lost node connection wakes every waiter,
+//! as a reconnect does above.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -47,6 +53,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
+use redis::aio::{PubSubSink, PubSubStream};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -72,10 +79,9 @@ struct Inner {
     channels: CountedMap<Arc<watch::Sender<Note>>>,
     /// True while the subscriber connection is up and subscribed.
     connected: watch::Sender<bool>,
-    /// Cluster mode: channels whose first subscription came or whose last
-    /// one left, for the task to (un)subscribe. `None` with a pattern
-    /// subscription, which covers every channel already.
-    changes: Option<mpsc::UnboundedSender<String>>,
+    /// Channels whose first subscription came or whose last one left, for
+    /// the task to (un)subscribe.
+    changes: mpsc::UnboundedSender<String>,
 }
 
 /// The latest wake-up of a channel. Waiters that only need "something
@@ -122,9 +128,10 @@ impl Drop for Subscription {
 }
 
 impl Hub {
-    /// Starts the hub's background task on `connector`: one pattern
-    /// subscription to `pattern`, or on a cluster sharded subscriptions
-    /// (see the module docs). It runs until `shutdown` is cancelled.
+    /// Starts the hub's background task on `connector`: subscriptions of
+    /// the channels with waiters (sharded on a cluster), or the one pattern
+    /// `pattern` where Redis refuses them (see the module docs). It runs
+    /// until `shutdown` is cancelled.
     pub fn start(
         connector: Connector,
         pattern: String,
@@ -132,7 +139,8 @@ impl Hub {
         metrics: Metrics,
         connect_timeout: Duration,
     ) -> Hub {
-        let new = |changes| Hub {
+        let (changes, changed) = mpsc::unbounded_channel();
+        let hub = Hub {
             inner: Arc::new(Inner {
                 channels: CountedMap::default(),
                 connected: watch::Sender::new(false),
@@ -141,8 +149,6 @@ impl Hub {
         };
         match connector {
             Connector::Cluster(cluster) => {
-                let (changes, changed) = mpsc::unbounded_channel();
-                let hub = new(Some(changes));
                 tokio::spawn(run_sharded(
                     hub.clone(),
                     cluster,
@@ -150,21 +156,17 @@ impl Hub {
                     shutdown,
                     metrics,
                 ));
-                hub
             }
             connector => {
-                let hub = new(None);
-                tokio::spawn(run(
-                    hub.clone(),
+                let target = Direct {
                     connector,
                     pattern,
-                    shutdown,
-                    metrics,
                     connect_timeout,
-                ));
-                hub
+                };
+                tokio::spawn(run(hub.clone(), target, changed, shutdown, metrics));
             }
         }
+        hub
     }
 
     /// Registers interest in `channel`. Waiters on the same channel share
@@ -202,12 +204,10 @@ impl Hub {
         self.inner.channels.len()
     }
 
-    /// Cluster mode: `channel` got its first subscription or lost its last.
+    /// `channel` got its first subscription or lost its last.
     fn changed(&self, channel: &str) {
-        if let Some(changes) = &self.inner.changes {
-            // Fails only once the task has ended (shutdown).
-            let _ = changes.send(channel.to_string());
-        }
+        // Fails only once the task has ended (shutdown).
+        let _ = self.inner.changes.send(channel.to_string());
     }
 
     /// Wakes the waiters of one channel to re-check (its subscription was
@@ -233,30 +233,79 @@ impl Hub {
     }
 }
 
+/// Where the hub's task subscribes outside a cluster: one Redis
+/// (standalone, or the master a Sentinel names).
+struct Direct {
+    connector: Connector,
+    /// The pattern of every channel, for a user that may not `SUBSCRIBE`.
+    pattern: String,
+    connect_timeout: Duration,
+}
+
+/// Whether Redis refused a command to the user (`NOPERM`).
+fn refused_by_acl(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+}
+
+impl Direct {
+    /// Connects and subscribes `channels` (or the pattern, where `SUBSCRIBE`
+    /// is refused: then `by_pattern` becomes true, for good).
+    async fn connect(
+        &self,
+        channels: &[String],
+        by_pattern: &mut bool,
+    ) -> redis::RedisResult<(PubSubSink, PubSubStream)> {
+        // Resolved on every attempt: after a Sentinel failover this is the
+        // new master.
+        let pubsub = self.connector.client().await?.get_async_pubsub().await?;
+        let (mut sink, stream) = pubsub.split();
+        if !*by_pattern && !channels.is_empty() {
+            match sink.subscribe(channels).await {
+                Err(e) if refused_by_acl(&e) => *by_pattern = true,
+                other => other?,
+            }
+        }
+        if *by_pattern {
+            sink.psubscribe(&self.pattern).await?;
+        }
+        Ok((sink, stream))
+    }
+}
+
+/// Says, once, that the hub fell back to the pattern.
+fn warn_pattern_fallback() {
+    tracing::warn!(
+        "Redis refused SUBSCRIBE to this user (NOPERM): pub/sub falls back to one pattern \
+         subscription, so this instance is sent every release of the deployment; grant \
+         +subscribe and +unsubscribe (see the book's \"Redis over TLS and with ACL users\")"
+    );
+}
+
+/// The hub's task outside a cluster (see the module docs).
 async fn run(
     hub: Hub,
-    connector: Connector,
-    pattern: String,
+    target: Direct,
+    mut changed: mpsc::UnboundedReceiver<String>,
     shutdown: CancellationToken,
     metrics: Metrics,
-    connect_timeout: Duration,
 ) {
     let mut backoff = BACKOFF_START;
     let mut first = true;
+    let mut by_pattern = false;
     while !shutdown.is_cancelled() {
-        let connect = async {
-            // Resolved on every attempt: after a Sentinel failover this is
-            // the new master; in a cluster, the next node.
-            let pubsub = connector.client().await?.get_async_pubsub().await?;
-            let (mut sink, stream) = pubsub.split();
-            sink.psubscribe(&pattern).await?;
-            Ok::<_, redis::RedisError>((sink, stream))
-        };
+        // Subscribing every channel with waiters now covers whatever
+        // changed so far.
+        while changed.try_recv().is_ok() {}
+        let channels = hub.inner.channels.keys();
+        let was_pattern = by_pattern;
         let attempt = tokio::select! {
             // Cancel-safe: dropping a half-made connection just closes it.
             _ = shutdown.cancelled() => return,
-            r = tokio::time::timeout(connect_timeout, connect) => r,
+            r = tokio::time::timeout(target.connect_timeout, target.connect(&channels, &mut by_pattern)) => r,
         };
+        if by_pattern && !was_pattern {
+            warn_pattern_fallback();
+        }
         let (mut sink, mut stream) = match attempt {
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) => {
@@ -288,11 +337,36 @@ async fn run(
         // Anything published while we were away is lost: make everyone look.
         hub.wake_all();
 
+        // Channels asked for (and not given up since), channels to
+        // reconcile with their users, and the batch under way (the next
+        // one waits for it, so the commands of one channel reach Redis in
+        // the order they were decided). The pattern covers every channel.
+        let mut subscribed: HashSet<String> = match by_pattern {
+            true => HashSet::new(),
+            false => channels.into_iter().collect(),
+        };
+        let mut dirty: HashSet<String> = HashSet::new();
+        let mut inflight: Option<BoxFuture<'static, redis::RedisResult<Vec<String>>>> = None;
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.tick().await;
         loop {
+            if inflight.is_none() && !dirty.is_empty() {
+                let batch = plan(&hub, &mut subscribed, dirty.drain(), false);
+                if !batch.is_empty() {
+                    inflight = Some(execute_direct(sink.clone(), batch));
+                }
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                Some(channel) = changed.recv() => {
+                    if !by_pattern {
+                        dirty.insert(channel);
+                        // A burst (many new waiters) goes out as one command.
+                        while let Ok(channel) = changed.try_recv() {
+                            dirty.insert(channel);
+                        }
+                    }
+                }
                 msg = stream.next() => match msg {
                     Some(msg) => {
                         metrics.pubsub_messages.inc();
@@ -303,10 +377,27 @@ async fn run(
                         break;
                     }
                 },
+                done = async { inflight.as_mut().expect("guarded").await }, if inflight.is_some() => {
+                    inflight = None;
+                    match done {
+                        // Waiters may have checked before it: make them look.
+                        Ok(confirmed) => confirmed.iter().for_each(|channel| hub.wake(channel)),
+                        // Subscribe by pattern from the next connection on.
+                        Err(e) if refused_by_acl(&e) => {
+                            by_pattern = true;
+                            warn_pattern_fallback();
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "pub/sub SUBSCRIBE or UNSUBSCRIBE failed");
+                            break;
+                        }
+                    }
+                }
                 _ = ping.tick() => {
                     // A connection can die without a FIN (network cut); a
                     // PING that gets no answer tells us to reconnect.
-                    let pong = tokio::time::timeout(connect_timeout, sink.ping::<redis::Value>()).await;
+                    let pong = tokio::time::timeout(target.connect_timeout, sink.ping::<redis::Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {
                         tracing::warn!("pub/sub PING failed");
                         break;
@@ -321,12 +412,35 @@ async fn run(
     }
 }
 
+/// Sends a batch on the subscriber connection: one `UNSUBSCRIBE` of the
+/// channels given up, then one `SUBSCRIBE` of the new ones. Resolves to
+/// the channels subscribed, once Redis confirmed every one.
+fn execute_direct(
+    mut sink: PubSubSink,
+    batch: Vec<(String, Op)>,
+) -> BoxFuture<'static, redis::RedisResult<Vec<String>>> {
+    Box::pin(async move {
+        let (subscribe, unsubscribe): (Vec<_>, Vec<_>) =
+            batch.into_iter().partition(|(_, op)| *op == Op::Subscribe);
+        let unsubscribe: Vec<String> = unsubscribe.into_iter().map(|(c, _)| c).collect();
+        let subscribe: Vec<String> = subscribe.into_iter().map(|(c, _)| c).collect();
+        // Neither is sent empty: without channels it means "all of them".
+        if !unsubscribe.is_empty() {
+            sink.unsubscribe(&unsubscribe).await?;
+        }
+        if !subscribe.is_empty() {
+            sink.subscribe(&subscribe).await?;
+        }
+        Ok(subscribe)
+    })
+}
+
 /// How soon after a lost node connection the hub subscribes its channels
 /// again (the crate resubscribes by itself too, but only where its slot map
 /// points; asking again also reaches a replica promoted meanwhile).
 const RESYNC_AFTER: Duration = Duration::from_millis(200);
 
-/// One `SSUBSCRIBE` or `SUNSUBSCRIBE` of the cluster hub's task.
+/// One (un)subscription of a channel by the hub's task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Subscribe,

@@ -253,7 +253,8 @@ async fn the_documented_acl_serves_every_primitive_and_the_redlock_nodes() {
     let released = app.post("/multilocks/release", second).await;
     assert_eq!(released.status(), StatusCode::OK);
 
-    // The subscriber's keep-alive PING (every 5 s) runs as the user too.
+    // The subscriber's keep-alive PING (every 5 s) runs as the user too
+    // (it is the one connection that sends PING).
     let conn = redis_conn(&main).await;
     let pinged = eventually(Duration::from_secs(8), || {
         let mut conn = conn.clone();
@@ -263,9 +264,9 @@ async fn the_documented_acl_serves_every_primitive_and_the_redlock_nodes() {
                 .query_async(&mut conn)
                 .await
                 .unwrap_or_default();
-            clients.lines().any(|c| {
-                c.contains("user=latchkey") && c.contains("psub=1") && c.contains("cmd=ping")
-            })
+            clients
+                .lines()
+                .any(|c| c.contains("user=latchkey") && c.contains("cmd=ping"))
         }
     })
     .await;
@@ -289,6 +290,51 @@ async fn the_documented_acl_serves_every_primitive_and_the_redlock_nodes() {
     for server in std::iter::once(&main).chain(&nodes) {
         assert_nothing_refused(server).await;
     }
+}
+
+/// The ACL of earlier versions allowed `PSUBSCRIBE` and not `SUBSCRIBE`
+/// (their subscriber held one pattern for every channel). A deployment
+/// upgraded without changing its ACL must still wake its waiters: the hub
+/// falls back to the pattern.
+#[tokio::test]
+async fn an_acl_of_earlier_versions_without_subscribe_still_wakes_waiters() {
+    let main = redis();
+    let mut earlier: Vec<String> = everywhere()
+        .into_iter()
+        .filter(|rule| rule != "+subscribe" && rule != "+unsubscribe")
+        .collect();
+    earlier.push("+psubscribe".into());
+    set_user(&main, &[earlier]).await;
+    let app = spawn_app(test_config_for(vec![as_user(&main.url())])).await;
+    let waiter = app
+        .held_with_waiter("earlier-acl", ("a", 30000), ("b", 20000))
+        .await;
+    let conn = redis_conn(&main).await;
+    let by_pattern = eventually(Duration::from_secs(5), || {
+        let mut conn = conn.clone();
+        async move {
+            let patterns: i64 = redis::cmd("PUBSUB")
+                .arg("NUMPAT")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            patterns == 1
+        }
+    })
+    .await;
+    assert!(by_pattern, "the hub never fell back to the pattern");
+    // Woken by the release's message, long before the 30 s lease ends.
+    let released = std::time::Instant::now();
+    app.release("earlier-acl", "a").await;
+    assert_eq!(waiter.await.unwrap().status(), StatusCode::CREATED);
+    assert!(released.elapsed() < Duration::from_secs(2));
+    let refused = refusals(&main).await;
+    assert!(
+        refused
+            .iter()
+            .all(|r| r == "command subscribe by latchkey" || r == "command config|get by latchkey"),
+        "{refused:?}"
+    );
 }
 
 /// A wrong password, or a user the Sentinels refuse, is refused while

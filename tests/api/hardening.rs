@@ -716,7 +716,7 @@ impl<'a> MidwayStall<'a> {
 /// is at-most-once), and a latch has no lease whose end would make its
 /// waiters look again. While the hub cannot subscribe, waiters must look by
 /// themselves, often: here the hub is kept from re-subscribing (the ACL
-/// refuses PSUBSCRIBE) and the latch opens meanwhile; its waiter must be
+/// refuses SUBSCRIBE and PSUBSCRIBE) and the latch opens meanwhile; its waiter must be
 /// answered open soon after, not when the hub comes back.
 #[tokio::test]
 async fn a_latch_opened_while_the_hub_cannot_subscribe_still_releases_its_waiter() {
@@ -748,7 +748,7 @@ async fn a_latch_opened_while_the_hub_cannot_subscribe_still_releases_its_waiter
     assert!(parked, "the waiter never parked");
     let mut conn = redis_conn(&redis).await;
     let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "default", "-psubscribe"])
+        .arg(&["SETUSER", "default", "-subscribe", "-psubscribe"])
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -765,7 +765,7 @@ async fn a_latch_opened_while_the_hub_cannot_subscribe_still_releases_its_waiter
     assert_eq!(down.status(), 200);
     let (answered, body) = waiter.await.unwrap();
     let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "default", "+psubscribe"])
+        .arg(&["SETUSER", "default", "+subscribe", "+psubscribe"])
         .query_async(&mut conn)
         .await
         .unwrap();

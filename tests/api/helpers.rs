@@ -217,6 +217,15 @@ impl TestApp {
             .await
             .expect("text")
     }
+
+    /// One sample of a Prometheus metric (the exact series, labels
+    /// included); 0 when the page has none.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.trim().parse().expect("a number"))
+    }
 }
 
 /// On the lock-like object at `object` (`/locks/n`, `/rwlocks/n`,

@@ -88,11 +88,86 @@ async fn redis_down_gives_503_without_hanging_then_recovers() {
     assert!(app.metrics().await.contains("latchkey_redis_errors_total"));
 }
 
+/// How many subscribers Redis counts on `channel` (`PUBSUB NUMSUB`).
+async fn subscribers(conn: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(conn)
+        .await
+        .unwrap();
+    reply.1
+}
+
+/// Every release publishes on its object's channel. An instance must be
+/// sent only the messages of channels it has waiters on: with one pattern
+/// for every channel, each instance of a deployment received (and
+/// dropped) every release of every other one, and its own.
+#[tokio::test]
+async fn an_instance_is_sent_only_the_wake_ups_of_objects_it_waits_on() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut conn = redis_conn(&redis).await;
+    let before = app.metric("latchkey_pubsub_messages_total").await;
+    for i in 0..20 {
+        let name = format!("nobody-waits-{i}");
+        app.must_acquire(&name, json!({"holder": "a"})).await;
+        app.release(&name, "a").await;
+    }
+    let patterns: i64 = redis::cmd("PUBSUB")
+        .arg("NUMPAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(patterns, 0, "no pattern subscription");
+    // A message sent to the instance arrives after the release's answer:
+    // give any a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = app.metric("latchkey_pubsub_messages_total").await;
+    assert_eq!(
+        after - before,
+        0.0,
+        "messages of 20 releases nobody waited on"
+    );
+
+    // A waiter's channel is subscribed while it waits, and woken by the
+    // release at once (long before the 30 s lease ends) …
+    let channel = "latchkey:{watched}:lock:wake";
+    let waiter = app
+        .held_with_waiter("watched", ("a", 30000), ("b", 20000))
+        .await;
+    let subscribed = eventually(Duration::from_secs(3), || async {
+        subscribers(&mut conn.clone(), channel).await == 1
+    })
+    .await;
+    assert!(subscribed, "the waiter's channel was never subscribed");
+    let released = Instant::now();
+    app.release("watched", "a").await;
+    assert_eq!(waiter.await.unwrap().status(), 201);
+    assert!(released.elapsed() < Duration::from_secs(2));
+    // … and given up once nobody waits on it.
+    let unsubscribed = eventually(Duration::from_secs(3), || async {
+        subscribers(&mut conn.clone(), channel).await == 0
+    })
+    .await;
+    assert!(unsubscribed, "the channel stayed subscribed with no waiter");
+}
+
 #[tokio::test]
 async fn the_pubsub_hub_recovers_from_client_kill() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     let mut conn = redis_conn(&redis).await;
+    let channel = "latchkey:{after-kill}:lock:wake";
+    let waiter = app
+        .held_with_waiter("after-kill", ("a", 30000), ("b", 20000))
+        .await;
+    let watcher = conn.clone();
+    let subscribed = || async { subscribers(&mut watcher.clone(), channel).await == 1 };
+    assert!(
+        eventually(Duration::from_secs(3), subscribed).await,
+        "the waiter's channel is subscribed"
+    );
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -110,18 +185,13 @@ async fn the_pubsub_hub_recovers_from_client_kill() {
         .await,
         "the hub reconnects"
     );
-    let patterns: i64 = redis::cmd("PUBSUB")
-        .arg("NUMPAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(patterns, 1, "one pattern subscription again");
+    assert!(
+        eventually(Duration::from_secs(3), subscribed).await,
+        "the waiter's channel is subscribed again"
+    );
 
-    // Waiters are woken by pub/sub again: a release hands over at once,
+    // The waiter is woken by pub/sub again: a release hands over at once,
     // long before the 30 s lease would end.
-    let waiter = app
-        .held_with_waiter("after-kill", ("a", 30000), ("b", 20000))
-        .await;
     let released = Instant::now();
     app.release("after-kill", "a").await;
     assert_eq!(waiter.await.unwrap().status(), 201);

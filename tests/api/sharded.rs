@@ -158,14 +158,6 @@ async fn deleted(app: &TestApp, path: &str) -> u16 {
     response.status().as_u16()
 }
 
-async fn metric(app: &TestApp, name: &str) -> f64 {
-    let text = app.metrics().await;
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-}
-
 /// `GET path` in the background (a latch wait).
 fn spawn_get(app: &TestApp, path: &str) -> JoinHandle<Response> {
     let request = app.client.get(app.url(path));
@@ -261,9 +253,9 @@ async fn waiters_on_a_cluster_are_woken_through_their_shard_only() {
         );
     }
     assert!(sharded > 0, "the scripts published by SPUBLISH");
-    assert!(metric(&b, "latchkey_pubsub_messages_total").await >= 4.0);
-    assert_eq!(metric(&b, "latchkey_pubsub_connected").await, 1.0);
-    assert_eq!(metric(&b, "latchkey_pubsub_reconnects_total").await, 0.0);
+    assert!(b.metric("latchkey_pubsub_messages_total").await >= 4.0);
+    assert_eq!(b.metric("latchkey_pubsub_connected").await, 1.0);
+    assert_eq!(b.metric("latchkey_pubsub_reconnects_total").await, 0.0);
 }
 
 /// The node that replicates the master at `master` (by `CLUSTER NODES`).
@@ -386,10 +378,10 @@ async fn parked_waiters_are_woken_after_their_shard_fails_over() {
         !lock_waiter.is_finished() && !latch_waiter.is_finished(),
         "the waiters are still parked"
     );
-    assert!(metric(&b, "latchkey_pubsub_reconnects_total").await >= 1.0);
+    assert!(b.metric("latchkey_pubsub_reconnects_total").await >= 1.0);
     assert!(
         eventually(Duration::from_secs(5), || async {
-            metric(&b, "latchkey_pubsub_connected").await == 1.0
+            b.metric("latchkey_pubsub_connected").await == 1.0
         })
         .await,
         "the subscriber counts itself connected again"
