@@ -703,6 +703,99 @@ mod tests {
 }
 
 #[cfg(test)]
+mod direct_tests {
+    use super::*;
+    use crate::devredis::RedisServer;
+
+    async fn numsub(conn: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(conn)
+            .await
+            .unwrap();
+        n
+    }
+
+    /// A waiter may have checked Redis before its channel was subscribed:
+    /// the confirmation itself must make it look again (no lost wake-up),
+    /// for every channel of a burst of new ones; a message then reaches
+    /// its channel with its payload, and a channel nobody waits on any
+    /// more is given up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_confirmed_subscription_wakes_its_waiters_and_the_last_leaving_unsubscribes() {
+        let server = RedisServer::start().expect("redis starts");
+        let hub = Hub::start(
+            Connector::Direct(Box::new(server.client())),
+            "t:*".into(),
+            CancellationToken::new(),
+            Metrics::new(),
+            Duration::from_millis(500),
+        );
+        tokio::time::timeout(Duration::from_secs(5), hub.connected().wait_for(|up| *up))
+            .await
+            .expect("connected within 5 s")
+            .expect("the hub runs");
+        let mut conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let subscriptions: Vec<Subscription> = (0..100)
+            .map(|i| hub.subscribe(&format!("t:{i}:wake")))
+            .collect();
+        // A note's seq starts at 0 and every wake-up bumps it; a receiver
+        // made after the confirmation already sees it, as a waiter's check
+        // after it would.
+        let mut receivers: Vec<_> = subscriptions.iter().map(Subscription::receiver).collect();
+        for (i, rx) in receivers.iter_mut().enumerate() {
+            tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|note| note.seq > 0))
+                .await
+                .unwrap_or_else(|_| panic!("channel {i}: no wake-up at its confirmation"))
+                .expect("the hub runs");
+            assert_eq!(
+                numsub(&mut conn, &format!("t:{i}:wake")).await,
+                1,
+                "t:{i}:wake"
+            );
+        }
+        let mut rx = subscriptions[7].receiver();
+        let heard: i64 = redis::cmd("PUBLISH")
+            .arg("t:7:wake")
+            .arg("free")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(heard, 1, "one subscriber: the hub");
+        let message = rx.wait_for(|note| note.payload.as_deref() == Some("free"));
+        tokio::time::timeout(Duration::from_secs(2), message)
+            .await
+            .expect("the message arrives")
+            .unwrap();
+        drop(subscriptions);
+        let started = std::time::Instant::now();
+        loop {
+            let left: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg("t:*")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "still subscribed with nobody waiting: {} channels",
+                left.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(hub.channels(), 0);
+    }
+}
+
+#[cfg(test)]
 mod sharded_tests {
     use super::*;
     use crate::config::RedisMode;
