@@ -2,8 +2,9 @@
 //! markdown table of every figure, then footnotes. The throughput rows
 //! come per concurrency: plain-lock, read-lock, semaphore and fair-lock
 //! pairs, each against its own scripts called directly (the direct
-//! column), and the plain lock's and the semaphore's against the
-//! Redisson-style scripts; their shares of the plain-lock rate, Redis costs
+//! column), the plain lock's and the semaphore's against the
+//! Redisson-style scripts, and the plain lock's against the stack floor
+//! (bare axum + redis-rs, [`crate::bare`]); their shares of the plain-lock rate, Redis costs
 //! and c=64 latencies are in footnotes. A phase added later brings its
 //! rows, goals and footnotes as a [`Section`](crate::measured::Section).
 
