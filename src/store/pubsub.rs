@@ -702,6 +702,24 @@ mod tests {
     }
 }
 
+/// Subscribes one channel per name at once (a burst of new waiters) and
+/// waits until each has been woken, which its confirmation does. A note's
+/// seq starts at 0 and every wake-up bumps it; a receiver made after the
+/// confirmation already sees it (`wait_for` looks at the current note
+/// first), as a waiter's check after it would.
+#[cfg(test)]
+async fn woken_burst(hub: &Hub, names: impl Iterator<Item = String>) -> Vec<Subscription> {
+    let subscriptions: Vec<Subscription> = names.map(|name| hub.subscribe(&name)).collect();
+    let mut receivers: Vec<_> = subscriptions.iter().map(Subscription::receiver).collect();
+    for (i, rx) in receivers.iter_mut().enumerate() {
+        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|note| note.seq > 0))
+            .await
+            .unwrap_or_else(|_| panic!("channel {i}: no wake-up at its confirmation"))
+            .expect("the hub runs");
+    }
+    subscriptions
+}
+
 #[cfg(test)]
 mod direct_tests {
     use super::*;
@@ -741,23 +759,10 @@ mod direct_tests {
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        let subscriptions: Vec<Subscription> = (0..100)
-            .map(|i| hub.subscribe(&format!("t:{i}:wake")))
-            .collect();
-        // A note's seq starts at 0 and every wake-up bumps it; a receiver
-        // made after the confirmation already sees it, as a waiter's check
-        // after it would.
-        let mut receivers: Vec<_> = subscriptions.iter().map(Subscription::receiver).collect();
-        for (i, rx) in receivers.iter_mut().enumerate() {
-            tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|note| note.seq > 0))
-                .await
-                .unwrap_or_else(|_| panic!("channel {i}: no wake-up at its confirmation"))
-                .expect("the hub runs");
-            assert_eq!(
-                numsub(&mut conn, &format!("t:{i}:wake")).await,
-                1,
-                "t:{i}:wake"
-            );
+        let subscriptions = woken_burst(&hub, (0..100).map(|i| format!("t:{i}:wake"))).await;
+        for i in 0..100 {
+            let channel = format!("t:{i}:wake");
+            assert_eq!(numsub(&mut conn, &channel).await, 1, "{channel}");
         }
         let mut rx = subscriptions[7].receiver();
         let heard: i64 = redis::cmd("PUBLISH")
@@ -837,19 +842,8 @@ mod sharded_tests {
     async fn on_a_cluster_each_confirmed_subscription_wakes_its_waiters() {
         let cluster = RedisCluster::start(3).expect("cluster starts");
         let hub = cluster_hub(&cluster).await;
-        let subscriptions: Vec<Subscription> = (0..100)
-            .map(|i| hub.subscribe(&format!("t:{{n{i}}}:wake")))
-            .collect();
-        // A note's seq starts at 0 and every wake-up bumps it; a receiver
-        // made after the confirmation already sees it (`wait_for` looks at
-        // the current note first), as a waiter's check after it would.
-        let mut receivers: Vec<_> = subscriptions.iter().map(Subscription::receiver).collect();
-        for (i, rx) in receivers.iter_mut().enumerate() {
-            tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|note| note.seq > 0))
-                .await
-                .unwrap_or_else(|_| panic!("channel {i}: no wake-up at its confirmation"))
-                .expect("the hub runs");
-        }
+        let names = (0..100).map(|i| format!("t:{{n{i}}}:wake"));
+        let subscriptions = woken_burst(&hub, names).await;
         // And a message on a subscribed channel reaches it with its payload.
         let mut rx = subscriptions[7].receiver();
         let mut conn = redis::cluster::ClusterClient::new(cluster.urls())
