@@ -702,6 +702,23 @@ mod tests {
     }
 }
 
+/// A hub on `connector` (channels `t:*`), once its connection is up.
+#[cfg(test)]
+async fn connected_hub(connector: Connector) -> Hub {
+    let hub = Hub::start(
+        connector,
+        "t:*".into(),
+        CancellationToken::new(),
+        Metrics::new(),
+        Duration::from_millis(500),
+    );
+    tokio::time::timeout(Duration::from_secs(5), hub.connected().wait_for(|up| *up))
+        .await
+        .expect("connected within 5 s")
+        .expect("the hub runs");
+    hub
+}
+
 /// Subscribes one channel per name at once (a burst of new waiters) and
 /// waits until each has been woken, which its confirmation does. A note's
 /// seq starts at 0 and every wake-up bumps it; a receiver made after the
@@ -743,17 +760,7 @@ mod direct_tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_confirmed_subscription_wakes_its_waiters_and_the_last_leaving_unsubscribes() {
         let server = RedisServer::start().expect("redis starts");
-        let hub = Hub::start(
-            Connector::Direct(Box::new(server.client())),
-            "t:*".into(),
-            CancellationToken::new(),
-            Metrics::new(),
-            Duration::from_millis(500),
-        );
-        tokio::time::timeout(Duration::from_secs(5), hub.connected().wait_for(|up| *up))
-            .await
-            .expect("connected within 5 s")
-            .expect("the hub runs");
+        let hub = connected_hub(Connector::Direct(Box::new(server.client()))).await;
         let mut conn = server
             .client()
             .get_multiplexed_async_connection()
@@ -821,18 +828,7 @@ mod sharded_tests {
             dedicated_writes: false,
         })
         .expect("a cluster connector");
-        let hub = Hub::start(
-            connector,
-            "t:*".into(),
-            CancellationToken::new(),
-            Metrics::new(),
-            Duration::from_millis(500),
-        );
-        tokio::time::timeout(Duration::from_secs(5), hub.connected().wait_for(|up| *up))
-            .await
-            .expect("connected within 5 s")
-            .expect("the hub runs");
-        hub
+        connected_hub(connector).await
     }
 
     /// A waiter may have checked Redis before its channel was subscribed:
