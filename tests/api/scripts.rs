@@ -763,3 +763,55 @@ async fn lock_state_reports_the_hold_and_the_live_queue_places() {
     let free = plain.state("q").await.unwrap();
     assert_eq!((free.holds.len(), free.queued), (0, None));
 }
+
+/// The calls of each Redis command (`INFO commandstats`) since the last
+/// `CONFIG RESETSTAT`.
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_release_that_nobody_waits_behind_reads_no_queue() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let put = app
+        .client
+        .put(app.url("/semaphores/quiet"))
+        .json(&serde_json::json!({"permits": 4}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    let mut conn = redis_conn(&redis).await;
+    // Every release is a DELETE of the holder, which first looks for the
+    // holder in the queue: with no queue (one EXISTS says so), it does not
+    // count the queue too.
+    for (acquire, release) in [
+        ("/semaphores/quiet/acquire", "/semaphores/quiet/holders/h1"),
+        ("/rwlocks/quiet/read/acquire", "/rwlocks/quiet/holders/h1"),
+        ("/rwlocks/quiet/write/acquire", "/rwlocks/quiet/holders/h1"),
+    ] {
+        let granted = app.post(acquire, serde_json::json!({"holder": "h1"})).await;
+        assert_eq!(granted.status(), 201, "{acquire}");
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let released = app.client.delete(app.url(release)).send().await.unwrap();
+        assert_eq!(released.status(), 200, "{release}");
+        let body: serde_json::Value = released.json().await.unwrap();
+        assert_eq!(body["left_queue"], false, "{release}: {body}");
+        assert_eq!(command_calls(&mut conn, "zcard").await, 0, "{release}");
+        assert!(command_calls(&mut conn, "exists").await > 0, "{release}");
+    }
+}

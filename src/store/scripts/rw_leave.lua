@@ -20,7 +20,7 @@ local quitter, wanted = ARGV[2], ARGV[5]
 local gone
 -- With both modes to look for and nobody queued, nothing to leave: one
 -- call instead of one per mode.
-local queued = wanted ~= '' or redis.call('ZCARD', KEYS[4]) > 0
+local queued = wanted ~= '' or (not queue_absent() and redis.call('ZCARD', KEYS[4]) > 0)
 for _, m in ipairs({'w', 'r'}) do
   if queued and (wanted == '' or wanted == m) and leave_queue(m .. '|' .. quitter, true) then
     gone = gone or m

@@ -21,7 +21,9 @@ refresh()
 local quitter = ARGV[2]
 local suffix = '|' .. quitter
 local mine = {}
-for first = 0, redis.call('ZCARD', KEYS[4]) - 1, 1000 do
+-- Nobody waits (refresh read it): no need to count the queue.
+local queued = queue_absent() and 0 or redis.call('ZCARD', KEYS[4])
+for first = 0, queued - 1, 1000 do
   for _, member in ipairs(redis.call('ZRANGE', KEYS[4], first, first + 999)) do
     if string.sub(member, -#suffix) == suffix then
       mine[#mine + 1] = member
