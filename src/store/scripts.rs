@@ -12,8 +12,13 @@
 //! the `SPUBLISH` one, so a message stays on the shard that owns its
 //! channel's slot (every channel shares its object's hash tag, so that is
 //! the shard the script runs on) instead of being broadcast to every node.
+//!
+//! What Redis runs leaves out the shared functions the script never calls
+//! ([`unused`]): Lua defines every top-level function on every call.
 
 use std::sync::LazyLock;
+
+mod unused;
 
 /// Which publishing command a script's `PUBLISH` stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +55,11 @@ struct Variant {
 
 impl Variant {
     fn new(publish: Publish, body: &str) -> Self {
-        let source = format!("{}{body}", publish.prelude());
+        let source = format!(
+            "{}{}",
+            publish.prelude(),
+            unused::without_unused_functions(body)
+        );
         Variant {
             script: redis::Script::new(&source),
             source,
@@ -85,7 +94,8 @@ impl Script {
         }
     }
 
-    /// The full text Redis runs (`SCRIPT LOAD`).
+    /// The full text Redis runs (`SCRIPT LOAD`): the prelude and the body
+    /// without the functions it does not call.
     pub fn source(&self, publish: Publish) -> &str {
         &self.variant(publish).source
     }
