@@ -14,9 +14,15 @@
 //! script-internal calls included, over the handoffs of the run) must not
 //! grow with W, for either kind: no thundering herd. The plain lock's
 //! floor is the same handoff done straight on Redis with one wake-up per
-//! release ([`wakeone`]), logged and paired the same way. The runs
-//! interleave (plain W₁ W₂, fair W₁ W₂, floor W₁ W₂, plain W₁ …), each on
-//! a fresh lock name.
+//! release ([`wakeone`]), logged and paired the same way; its HTTP ceiling
+//! is the bare axum handoff (the bare server's in-memory lock, whose
+//! release wakes one parked request: the HTTP hops of a handoff and
+//! nothing else), and its stack floor the stack handoff (the same
+//! long-polls on the bare server's stack floor: axum, redis-rs, the lock's
+//! own scripts and one pub/sub wake-up per release, on the service's
+//! core), both logged and paired the same way. The runs interleave (plain
+//! W₁ W₂, fair W₁ W₂, floor W₁ W₂, bare W₁ W₂, stack W₁ W₂, plain W₁ …),
+//! each on a fresh lock name.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,18 +60,29 @@ pub enum Kind {
     /// The same handoff straight on Redis, the plain lock's floor
     /// ([`wakeone`]).
     Floor,
+    /// The bare axum handoff: HTTP only, on the bare server.
+    Bare,
+    /// The stack handoff: the plain lock's long-polls on the bare
+    /// server's stack floor (axum + redis-rs + pub/sub).
+    Stack,
 }
 
 impl Kind {
     /// Every kind, in the order their runs interleave.
-    pub const ALL: [Kind; 3] = [Kind::Plain, Kind::Fair, Kind::Floor];
+    pub const ALL: [Kind; 5] = [
+        Kind::Plain,
+        Kind::Fair,
+        Kind::Floor,
+        Kind::Bare,
+        Kind::Stack,
+    ];
 
     /// The route prefix of its operations (None: not over HTTP).
     fn route(self) -> Option<&'static str> {
         match self {
-            Kind::Plain => Some(client::LOCKS),
+            Kind::Plain | Kind::Stack => Some(client::LOCKS),
             Kind::Fair => Some(client::FAIR_LOCKS),
-            Kind::Floor => None,
+            Kind::Floor | Kind::Bare => None,
         }
     }
 
@@ -75,6 +92,8 @@ impl Kind {
             Kind::Plain => "plain",
             Kind::Fair => "fair",
             Kind::Floor => "floor",
+            Kind::Bare => "bare",
+            Kind::Stack => "stack",
         }
     }
 }
@@ -116,6 +135,41 @@ async fn waiter(w: Arc<Shared>, http: Arc<Http>, task: usize) -> Result<(), Stri
         w.log.record(Event::Granted { token, task });
         w.log.record(Event::ReleaseSent(token));
         client::release(client, base, route, name, &holder).await?;
+        w.log.record(Event::Released(token));
+    }
+    Ok(())
+}
+
+/// One waiter of the bare handoff: acquire (parked until the lock is
+/// free), log, release, log, until stopped. The grant's number stands for
+/// the fencing token.
+async fn bare_waiter(
+    w: Arc<Shared>,
+    (client, base): (reqwest::Client, Arc<str>),
+    task: usize,
+) -> Result<(), String> {
+    let get = |what: &'static str| {
+        let (client, url) = (client.clone(), format!("{base}/handoff/{what}"));
+        async move {
+            let response = (client.get(&url).send().await)
+                .map_err(|e| format!("bare {what}: request failed: {e}"))?;
+            let status = response.status();
+            let text = (response.text().await).map_err(|e| format!("bare {what} body: {e}"))?;
+            if status != StatusCode::OK {
+                return Err(format!("bare {what}: expected 200, got {status}: {text}"));
+            }
+            Ok(text)
+        }
+    };
+    while !w.stop.is_cancelled() {
+        let text = get("acquire").await?;
+        let token: u64 = (text.parse()).map_err(|_| format!("bare acquire answered {text}"))?;
+        w.log.record(Event::Granted { token, task });
+        w.log.record(Event::ReleaseSent(token));
+        let released = get("release").await?;
+        if released != "released" {
+            return Err(format!("bare release answered {released}"));
+        }
         w.log.record(Event::Released(token));
     }
     Ok(())
@@ -191,6 +245,8 @@ pub struct Setup {
     /// scripts' shared connection.
     pub redis_url: String,
     pub direct: MultiplexedConnection,
+    /// The bare server's base URL (the bare and the stack handoffs).
+    pub bare: String,
 }
 
 /// Spawns a run's waiters (and the floor's subscriber) on `tasks`.
@@ -200,13 +256,27 @@ async fn spawn(
     tasks: &mut JoinSet<Result<(), String>>,
     (kind, name, waiters): (Kind, String, usize),
 ) -> Result<(), String> {
+    if kind == Kind::Bare {
+        // One lock per bare server: the runs do not overlap.
+        let base: Arc<str> = Arc::from(setup.bare.as_str());
+        for task in 0..waiters {
+            let http = (setup.client.clone(), base.clone());
+            tasks.spawn(bare_waiter(shared.clone(), http, task));
+        }
+        return Ok(());
+    }
     let Some(route) = kind.route() else {
         let redis = (setup.redis_url.as_str(), &setup.direct);
         return wakeone::spawn(tasks, shared, redis, name, waiters).await;
     };
+    let base = if kind == Kind::Stack {
+        &setup.bare
+    } else {
+        &setup.base
+    };
     let http = Arc::new(Http {
         client: setup.client.clone(),
-        base: setup.base.clone(),
+        base: base.clone(),
         route,
         name,
     });

@@ -306,6 +306,7 @@ async fn phases(
         admin: admin.clone(),
         redis_url: children.redis_url.clone(),
         direct: Redis::connect(&children.redis_url).await?.conn(),
+        bare: children.bare_url.clone(),
     };
     let handoff = handoff::measure(&setup, &WAITERS, settings.rounds, settings.handoff).await;
     let bases = [base.clone(), children.second.base.clone()];

@@ -182,26 +182,46 @@ fn handoff_label(kind: handoff::Kind) -> &'static str {
         handoff::Kind::Plain => "handoff",
         handoff::Kind::Fair => "fair handoff",
         handoff::Kind::Floor => "wake-one floor handoff (straight on Redis)",
+        handoff::Kind::Bare => "bare axum handoff (HTTP only, an in-memory lock)",
+        handoff::Kind::Stack => {
+            "stack handoff (bare axum + redis-rs + pub/sub, the lock's own scripts)"
+        }
     }
 }
 
-/// The floor's run with `waiters` waiters, next to the plain lock's.
-fn floor_of<'a>(rows: &'a [handoff::Row], r: &handoff::Row) -> Option<&'a handoff::Row> {
-    let floor = |f: &&handoff::Row| f.kind == handoff::Kind::Floor && f.waiters == r.waiters;
+/// The run of reference `kind` (the floor, the bare handoff) with the
+/// waiters of `r`, next to the plain lock's.
+fn reference_of<'a>(
+    rows: &'a [handoff::Row],
+    r: &handoff::Row,
+    kind: handoff::Kind,
+) -> Option<&'a handoff::Row> {
+    let of = |f: &&handoff::Row| f.kind == kind && f.waiters == r.waiters;
     match r.kind {
-        handoff::Kind::Plain => rows.iter().find(floor),
+        handoff::Kind::Plain => rows.iter().find(of),
         _ => None,
     }
 }
 
 /// The plain and fair handoffs; the plain lock's next to its floor (the
-/// direct column), whose own figures are in the footnotes.
+/// direct column) and the stack handoff (the bare column), whose own
+/// figures are in the footnotes with the bare axum handoff's.
 fn handoff_rows(rows: &[handoff::Row]) {
-    for r in rows.iter().filter(|r| r.kind != handoff::Kind::Floor) {
+    let references = [
+        handoff::Kind::Floor,
+        handoff::Kind::Bare,
+        handoff::Kind::Stack,
+    ];
+    for r in rows.iter().filter(|r| !references.contains(&r.kind)) {
         let (what, w) = (handoff_label(r.kind), r.waiters);
-        let floor = |f: fn(&handoff::Row) -> f64| floor_of(rows, r).map_or(NONE, f);
+        let floor = |f: fn(&handoff::Row) -> f64| {
+            reference_of(rows, r, handoff::Kind::Floor).map_or(NONE, f)
+        };
+        let bare = |f: fn(&handoff::Row) -> f64| {
+            reference_of(rows, r, handoff::Kind::Stack).map_or(NONE, f)
+        };
         let direct = if r.kind == handoff::Kind::Plain {
-            " (direct: the wake-one floor)"
+            " (direct: the wake-one floor; bare: the stack handoff on bare axum + redis-rs)"
         } else {
             ""
         };
@@ -209,21 +229,21 @@ fn handoff_rows(rows: &[handoff::Row]) {
             &format!("{what} p50 ms, {w} waiters (release reply → next grant){direct}"),
             r.p50_ms,
             floor(|f| f.p50_ms),
-            NONE,
+            bare(|f| f.p50_ms),
             2,
         );
         row(
             &format!("{what} p99 ms, {w} waiters{direct}"),
             r.p99_ms,
             floor(|f| f.p99_ms),
-            NONE,
+            bare(|f| f.p99_ms),
             2,
         );
         row(
             &format!("Redis commands per {what}, {w} waiters{direct}"),
             r.commands_per,
             floor(|f| f.commands_per),
-            NONE,
+            bare(|f| f.commands_per),
             2,
         );
     }
@@ -314,7 +334,11 @@ fn busy_footnotes(rows: &[throughput::Row], labels: &[String]) {
 /// kinds run with the same waiter counts).
 fn growth_footnote(rows: &[handoff::Row]) {
     let (mut counts, mut parts) = (None, Vec::new());
-    for kind in handoff::Kind::ALL {
+    // The bare handoff makes no Redis commands.
+    for kind in handoff::Kind::ALL
+        .into_iter()
+        .filter(|&k| k != handoff::Kind::Bare)
+    {
         let of_kind: Vec<&handoff::Row> = rows.iter().filter(|r| r.kind == kind).collect();
         if let [few, .., many] = of_kind.as_slice() {
             counts = Some((many.waiters, few.waiters));
@@ -458,6 +482,8 @@ fn footnotes(report: &Report) {
             handoff::Kind::Plain => "not a fair lock",
             handoff::Kind::Fair => "it re-queues at the tail: 0 expected",
             handoff::Kind::Floor => "it waits for a wake-up like the others",
+            handoff::Kind::Bare => "it asks again only once its release is answered",
+            handoff::Kind::Stack => "not a fair lock",
         };
         println!(
             "- {}, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
