@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Redis's own instructions per acquire + release, by callgrind (the book's
+# "Ablations (what paid, what did not)" (docs/src/benchmark.md), round 3's
+# scripts): a private redis-server 7 under `valgrind --tool=callgrind`,
+# the release service (not under valgrind) in front of it, answering
+# sequential pairs over one keep-alive connection, as users send them:
+#
+#   lock       POST /locks/{name}/acquire, DELETE …/holders/{holder}
+#   semaphore  one permit of a semaphore of 64 permits, nobody else holding
+#   read-lock  a read hold of a read-write lock, nobody else holding
+#
+# Two runs per primitive and build, 200 and 1 200 pairs; the difference
+# ÷ 1 000 is the instructions per pair, with start-up, the set-up and
+# shutdown taken out. Redis runs with `--hz 1`, so that its timer, which
+# counts with the run's length rather than its work, stays out of the
+# difference. Each build given is measured in turn, every build's runs of
+# one primitive before the next primitive's:
+#
+#   scripts/redis-callgrind.sh [BINARY ...]   # default target/release/latchkey
+#
+# Instructions do not depend on the machine's load: this compares two
+# builds' scripts where the clock on a shared machine cannot.
+set -euo pipefail
+# A failed run inside $(...) fails the script too.
+shopt -s inherit_errexit
+cd "$(dirname "$0")/.."
+if [ $# -eq 0 ]; then
+    set -- target/release/latchkey
+fi
+binaries=()
+for b in "$@"; do
+    binaries+=("$(realpath "$b")")
+done
+few=200
+many=1200
+command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
+scripts/ensure-redis.sh >/dev/null
+
+work=$(mktemp -d)
+redis_pid=
+service_pid=
+cleanup() {
+    [ -n "$service_pid" ] && kill "$service_pid" 2>/dev/null || true
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Sets up `primitive` and sends `pairs` acquire+release pairs of it over
+# one keep-alive connection, once the service answers; every answer is
+# checked.
+drive() {
+    python3 - "$1" "$2" "$3" <<'EOF'
+import http.client, socket, sys, time
+port, primitive, pairs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+deadline = time.time() + 120
+while True:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        conn.request("GET", "/readyz")
+        response = conn.getresponse()
+        response.read()
+        if response.status == 200:
+            break
+    except OSError:
+        pass
+    if time.time() > deadline:
+        sys.exit("the service did not become ready")
+    time.sleep(0.2)
+def ask(method, path, body, want):
+    headers = {"Content-Type": "application/json"} if body else {}
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    text = response.read()
+    if response.status != want:
+        sys.exit(f"{method} {path}: {response.status} {text!r}")
+if primitive == "semaphore":
+    conn.request("PUT", "/semaphores/callgrind", body=b'{"permits":64}',
+                 headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    response.read()
+    if response.status not in (200, 201):
+        sys.exit(f"PUT /semaphores/callgrind: {response.status}")
+acquire = {
+    "lock": ("/locks/callgrind/acquire", "/locks/callgrind/holders/callgrind-1"),
+    "semaphore": ("/semaphores/callgrind/acquire", "/semaphores/callgrind/holders/callgrind-1"),
+    "read-lock": ("/rwlocks/callgrind/read/acquire", "/rwlocks/callgrind/holders/callgrind-1"),
+}[primitive]
+for _ in range(pairs):
+    ask("POST", acquire[0], b'{"holder":"callgrind-1"}', 201)
+    ask("DELETE", acquire[1], None, 200)
+conn.close()
+EOF
+}
+
+# One run: redis-server under callgrind, `binary` in front of it, `pairs`
+# pairs of `primitive`; prints Redis's total instructions.
+run() {
+    local binary=$1 primitive=$2 pairs=$3
+    local redis_port port
+    redis_port=$(free_port)
+    valgrind --tool=callgrind --callgrind-out-file="$work/redis.out" \
+        redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+        --hz 1 --dir "$work" >"$work/redis.log" 2>&1 &
+    redis_pid=$!
+    until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.2; done
+    port=$(free_port)
+    env -u LATCHKEY_REDLOCK_NODES \
+        LATCHKEY_LISTEN="127.0.0.1:$port" \
+        LATCHKEY_REDIS_URL="redis://127.0.0.1:$redis_port" \
+        "$binary" >"$work/service.log" 2>&1 &
+    service_pid=$!
+    drive "$port" "$primitive" "$pairs"
+    kill -TERM "$service_pid"
+    wait "$service_pid" || true
+    service_pid=
+    redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+    wait "$redis_pid" || true
+    redis_pid=
+    sed -n 's/^summary: //p' "$work/redis.out"
+}
+
+echo "redis-server: $(redis-server --version)"
+for primitive in lock semaphore read-lock; do
+    for binary in "${binaries[@]}"; do
+        base=$(run "$binary" "$primitive" $few)
+        more=$(run "$binary" "$primitive" $many)
+        echo "$primitive: $(( (more - base) / (many - few) )) Redis instructions per acquire + release ($binary)"
+    done
+done
