@@ -523,6 +523,16 @@ impl<O: Object> Acquisition for OneAcquisition<O> {
         self.object.leave(&self.name.key, &self.holder).await
     }
 
+    /// A plain lock (the only object of this family that relays): the
+    /// lease asked and the owner label given. An empty label is none.
+    fn granted_blocks(&self) -> Option<Blocked> {
+        (self.mode() == WaitMode::Relay).then(|| Blocked {
+            retry_after_ms: self.lease_ms,
+            held_by: vec![(!self.owner.is_empty()).then(|| self.owner.clone())],
+            ..Blocked::default()
+        })
+    }
+
     fn blocked(&self, blocked: Blocked) -> ApiError {
         self.object.blocked(blocked)
     }

@@ -143,6 +143,17 @@ pub trait Acquisition: Clone + Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// What another holder's try would find while this request's grant
+    /// holds its object, where the request knows it without asking Redis:
+    /// a plain lock is held for the lease asked, by the request's owner
+    /// label. When a [`WaitMode::Relay`] waiter of the object on this
+    /// instance is granted, the next one waits for the release's wake
+    /// message (or the lease's end) instead of asking at once and being
+    /// refused. `None` (the default): the next one asks at once.
+    fn granted_blocks(&self) -> Option<Blocked> {
+        None
+    }
+
     /// Whether waiting may still grant what the try found `blocked`. A
     /// primitive that knows the grant would come only after the request's
     /// wait (a rate limiter's permits) says no, and the request is
@@ -415,7 +426,8 @@ async fn wait<A: Acquisition>(
             (waiter.wait_broadcast(deadline, blocked, attempt, released, progress)).await
         }
         WaitMode::Relay | WaitMode::Queue | WaitMode::Watch => {
-            waiter.wait(deadline, blocked, attempt, progress).await
+            let granted_blocks = acquisition.granted_blocks();
+            (waiter.wait(deadline, blocked, attempt, progress, granted_blocks)).await
         }
     }
 }

@@ -227,6 +227,20 @@ struct Group {
     desk: Option<Arc<Desk>>,
     /// [`WaitMode::Broadcast`]: the latest read one waiter made for all.
     reads: Sender<Option<GroupRead>>,
+    /// [`WaitMode::Relay`]: left by a lead that was granted, for the next
+    /// lead (see [`Handover`]).
+    handover: parking_lot::Mutex<Option<Handover>>,
+}
+
+/// What a [`WaitMode::Relay`] lead that was granted tells the next lead:
+/// the object is held by its grant until `until` at the latest, unless a
+/// wake message came after `wake` last looked (just before the granted
+/// try). The next lead then waits for that message, or looks at `until`,
+/// instead of asking Redis at once and being refused (one script call
+/// fewer per handoff between the waiters of one instance).
+struct Handover {
+    wake: Receiver<Note>,
+    until: Instant,
 }
 
 /// An admitted waiter: holds one of the instance's waiter slots and a
@@ -359,6 +373,7 @@ impl WaitEngine {
                 latest: Sender::new(Latest::default()),
                 desk,
                 reads: Sender::new(None),
+                handover: parking_lot::Mutex::new(None),
             })
         })
     }
@@ -487,12 +502,18 @@ impl Waiter {
     /// `first` is what the caller's first try returned.
     /// `progress` is told the current blocker whenever it changes and at
     /// least every [`PROGRESS_EVERY`] (SSE `waiting` events).
+    /// `granted_blocks`: what others' tries would find while this waiter's
+    /// grant holds the object, where the caller knows it without asking
+    /// Redis (a plain lock's lease and owner label): a [`WaitMode::Relay`]
+    /// waiter that is granted leaves it to the next lead (see
+    /// [`Handover`]). `None`: the next lead asks Redis at once.
     pub async fn wait<T, F, Fut>(
         self,
         deadline: Instant,
         first: Blocked,
         attempt: F,
         progress: impl FnMut(Blocked),
+        granted_blocks: Option<Blocked>,
     ) -> Result<Outcome<T>, WaitError>
     where
         F: FnMut() -> Fut,
@@ -506,7 +527,7 @@ impl Waiter {
                 .wait_queued(&desk, deadline, first, place, attempt, progress)
                 .await;
         }
-        self.wait_relayed(deadline, first, attempt, progress).await
+        (self.wait_relayed(deadline, first, attempt, progress, granted_blocks)).await
     }
 }
 

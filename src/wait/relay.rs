@@ -5,7 +5,10 @@
 //! meanwhile they report the lead's latest observation, so their 409s and
 //! SSE `waiting` events stay current. A release costs one re-check per
 //! instance, not one per waiter: no thundering herd, and local waiters are
-//! served in arrival order.
+//! served in arrival order. When the lead is granted and its caller knows
+//! what the grant holds the object for, the next lead does not ask at
+//! once (it would be refused): it waits for the release's wake message, or
+//! the grant's lease to end ([`super::Handover`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -13,8 +16,8 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 
 use super::{
-    Backoff, MIN_RECHECK, Outcome, PROGRESS_EVERY, WaitError, Waiter, bounded, differs, last_look,
-    observe,
+    Backoff, Handover, MIN_RECHECK, Outcome, PROGRESS_EVERY, WaitError, Waiter, bounded, differs,
+    last_look, observe,
 };
 use crate::coord::{Attempt, Blocked};
 use crate::store::StoreError;
@@ -22,13 +25,16 @@ use crate::store::StoreError;
 impl Waiter {
     /// [`WaitMode::Relay`](super::WaitMode::Relay): queue for the group's
     /// baton behind earlier local waiters, then ask Redis for the group
-    /// until granted, the deadline, or shutdown.
+    /// until granted, the deadline, or shutdown. Granted, it leaves the
+    /// next lead a [`Handover`] when `granted_blocks` says what its grant
+    /// holds the object for.
     pub(super) async fn wait_relayed<T, F, Fut>(
         self,
         deadline: Instant,
         first: Blocked,
         mut attempt: F,
         mut progress: impl FnMut(Blocked),
+        granted_blocks: Option<Blocked>,
     ) -> Result<Outcome<T>, WaitError>
     where
         F: FnMut() -> Fut,
@@ -73,36 +79,72 @@ impl Waiter {
         // a notification that lands between the check and the wait below
         // still completes `changed()`.
         let mut wake = self.group().subscription.receiver();
+        // The turn came from a lead of ours that was granted, and no wake
+        // message came since its granted try began: the object is held by
+        // that grant, so wait for the release's message (or the grant's
+        // end) instead of asking now. Its receiver has not seen the
+        // messages since that try, so none of them is missed.
+        let mut held_until = None;
+        let handover = self.group().handover.lock().take();
+        if let Some(Handover {
+            wake: theirs,
+            until,
+        }) = handover
+            && matches!(theirs.has_changed(), Ok(false))
+            && Instant::now() < until
+        {
+            wake = theirs;
+            held_until = Some(until);
+        }
         let mut backoff = Backoff::default();
         loop {
-            wake.borrow_and_update();
-            let before = latest.borrow().blocked_now();
-            let result = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
-                result = bounded(deadline, attempt()) => result,
-            };
-            let recheck = match result {
-                Ok(Attempt::Granted(grant)) => return Ok(Outcome::Granted(grant)),
-                Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
-                Ok(Attempt::Blocked(now_blocked)) => {
-                    backoff = Backoff::default();
-                    observe(latest, now_blocked.clone());
-                    if differs(before.as_ref(), &now_blocked) {
-                        progress(now_blocked.clone());
+            let recheck = if let Some(until) = held_until.take() {
+                // As if a try had found the grant's hold (+1 ms to land
+                // after its end).
+                self.engine
+                    .heard(until + Duration::from_millis(1), Instant::now())
+            } else {
+                wake.borrow_and_update();
+                let before = latest.borrow().blocked_now();
+                let tried_at = Instant::now();
+                let result = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => return Err(WaitError::ShuttingDown),
+                    result = bounded(deadline, attempt()) => result,
+                };
+                match result {
+                    Ok(Attempt::Granted(grant)) => {
+                        if let Some(held) = granted_blocks {
+                            // The grant holds no longer than its lease from
+                            // the try's start; waiters of ours report its
+                            // holder from now on.
+                            let until = tried_at + Duration::from_millis(held.retry_after_ms);
+                            observe(latest, held);
+                            *self.group().handover.lock() = Some(Handover { wake, until });
+                        }
+                        return Ok(Outcome::Granted(grant));
                     }
-                    // Pub/sub is at-most-once: re-check by ourselves no
-                    // later than the blocker's remaining lease (+1 ms to
-                    // land after expiry).
-                    let after = Duration::from_millis(now_blocked.retry_after_ms.saturating_add(1));
-                    let now = Instant::now();
-                    self.engine.heard(now + after.max(MIN_RECHECK), now)
+                    Ok(Attempt::Refused(r)) => return Err(WaitError::Refused(r)),
+                    Ok(Attempt::Blocked(now_blocked)) => {
+                        backoff = Backoff::default();
+                        observe(latest, now_blocked.clone());
+                        if differs(before.as_ref(), &now_blocked) {
+                            progress(now_blocked.clone());
+                        }
+                        // Pub/sub is at-most-once: re-check by ourselves no
+                        // later than the blocker's remaining lease (+1 ms to
+                        // land after expiry).
+                        let after =
+                            Duration::from_millis(now_blocked.retry_after_ms.saturating_add(1));
+                        let now = Instant::now();
+                        self.engine.heard(now + after.max(MIN_RECHECK), now)
+                    }
+                    Err(e) if e.is_transient() => {
+                        latest.send_if_modified(|l| l.failing.replace(e).is_none());
+                        Instant::now() + backoff.next()
+                    }
+                    Err(e) => return Err(WaitError::Backend(e)),
                 }
-                Err(e) if e.is_transient() => {
-                    latest.send_if_modified(|l| l.failing.replace(e).is_none());
-                    Instant::now() + backoff.next()
-                }
-                Err(e) => return Err(WaitError::Backend(e)),
             };
             loop {
                 tokio::select! {

@@ -667,3 +667,18 @@ async fn delayed(
     };
     tokio::join!(read, write);
 }
+
+/// The calls of each Redis command (`INFO commandstats`) since the last
+/// `CONFIG RESETSTAT`.
+pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}

@@ -278,3 +278,84 @@ async fn key_prefix_setting_is_used_for_every_key() {
         ]
     );
 }
+
+/// Plain-lock waiters of one instance take turns asking Redis (one baton):
+/// when the waiter that asked is granted, the next one does not ask again
+/// before the lock is released (a release publishes, and the grant's lease
+/// bounds the wait), so each handoff costs the release and the one try
+/// that is granted.
+#[tokio::test]
+async fn a_handoff_between_local_waiters_costs_one_release_and_one_granted_try() {
+    let redis = redis();
+    let app = std::sync::Arc::new(spawn_app(test_config(&redis)).await);
+    app.must_acquire("turns", json!({"holder": "owner"})).await;
+    let waiters: u64 = 8;
+    let mut tasks = Vec::new();
+    for i in 0..waiters {
+        let task_app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            let app = task_app;
+            let holder = format!("w{i}");
+            let granted = app
+                .acquire("turns", json!({"holder": holder, "wait_ms": 20000}))
+                .await;
+            assert_eq!(granted.status(), 201);
+            let released = app.release("turns", &holder).await;
+            assert_eq!(released.status(), 200);
+        }));
+        app.wait_for_waiters("turns", i + 1).await;
+    }
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let released = app.release("turns", "owner").await;
+    assert_eq!(released.status(), 200);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let evalsha = command_calls(&mut conn, "evalsha").await;
+    // The owner's release, then per waiter a granted try and its release:
+    // 1 + 2 × 8. Before, each waiter that took the turn from a granted one
+    // asked at once and was refused: 7 more.
+    assert_eq!(evalsha, 1 + 2 * waiters, "EVALSHA for {waiters} handoffs");
+}
+
+/// The waiter that takes the turn from a granted one waits for the
+/// release's message; when none comes (the new holder crashed and its
+/// lease ran out), it looks by itself at the lease's end and is granted.
+#[tokio::test]
+async fn the_next_local_waiter_takes_a_lock_whose_new_holder_never_releases() {
+    let redis = redis();
+    let app = std::sync::Arc::new(spawn_app(test_config(&redis)).await);
+    app.must_acquire("crashed", json!({"holder": "owner"}))
+        .await;
+    let first_app = app.clone();
+    let first = tokio::spawn(async move {
+        let body = json!({"holder": "first", "wait_ms": 20000, "lease_ms": 1500});
+        first_app.acquire("crashed", body).await
+    });
+    app.wait_for_waiters("crashed", 1).await;
+    let second_app = app.clone();
+    let second = tokio::spawn(async move {
+        let body = json!({"holder": "second", "wait_ms": 20000});
+        let started = std::time::Instant::now();
+        let response = second_app.acquire("crashed", body).await;
+        (response, started.elapsed())
+    });
+    app.wait_for_waiters("crashed", 2).await;
+    let released = app.release("crashed", "owner").await;
+    assert_eq!(released.status(), 200);
+    // "first" is granted and never releases (its client is gone).
+    assert_eq!(first.await.unwrap().status(), 201);
+    let (response, took) = second.await.unwrap();
+    assert_eq!(response.status(), 201);
+    assert!(
+        took < Duration::from_millis(5000),
+        "granted {took:?} after it asked: not at the first hold's end"
+    );
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["holder"], "second");
+}

@@ -764,21 +764,6 @@ async fn lock_state_reports_the_hold_and_the_live_queue_places() {
     assert_eq!((free.holds.len(), free.queued), (0, None));
 }
 
-/// The calls of each Redis command (`INFO commandstats`) since the last
-/// `CONFIG RESETSTAT`.
-async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 #[tokio::test]
 async fn a_release_that_nobody_waits_behind_reads_no_queue() {
     let redis = redis();
