@@ -27,24 +27,11 @@ binary=$(realpath "${1:-target/release/latchkey}")
 level=${LATCHKEY_LOG:-info}
 few=200
 many=1200
-command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
-scripts/ensure-redis.sh >/dev/null
+# valgrind and redis-server, $work, the run's PIDs and free_port.
+source scripts/callgrind-common.sh
 
 # The first core this script may use.
 cpu=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
-work=$(mktemp -d)
-redis_pid=
-service_pid=
-cleanup() {
-    [ -n "$service_pid" ] && kill "$service_pid" 2>/dev/null || true
-    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \

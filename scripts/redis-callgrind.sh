@@ -33,22 +33,8 @@ for b in "$@"; do
 done
 few=200
 many=1200
-command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
-scripts/ensure-redis.sh >/dev/null
-
-work=$(mktemp -d)
-redis_pid=
-service_pid=
-cleanup() {
-    [ -n "$service_pid" ] && kill "$service_pid" 2>/dev/null || true
-    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# valgrind and redis-server, $work, the run's PIDs and free_port.
+source scripts/callgrind-common.sh
 
 # Sets up `primitive` and sends `pairs` acquire+release pairs of it over
 # one keep-alive connection, once the service answers; every answer is
