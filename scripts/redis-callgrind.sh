@@ -7,6 +7,8 @@
 #
 #   lock       POST /locks/{name}/acquire, DELETE …/holders/{holder}
 #   semaphore  one permit of a semaphore of 64 permits, nobody else holding
+#   semaphore-shared  the same with 40 other holders of it (the benchmark's
+#              shape: its workers share one semaphore)
 #   read-lock  a read hold of a read-write lock, nobody else holding
 #
 # Two runs per primitive and build, 200 and 1 200 pairs; the difference
@@ -64,16 +66,21 @@ def ask(method, path, body, want):
     text = response.read()
     if response.status != want:
         sys.exit(f"{method} {path}: {response.status} {text!r}")
-if primitive == "semaphore":
+if primitive.startswith("semaphore"):
     conn.request("PUT", "/semaphores/callgrind", body=b'{"permits":64}',
                  headers={"Content-Type": "application/json"})
     response = conn.getresponse()
     response.read()
     if response.status not in (200, 201):
         sys.exit(f"PUT /semaphores/callgrind: {response.status}")
+if primitive == "semaphore-shared":
+    for other in range(40):
+        ask("POST", "/semaphores/callgrind/acquire",
+            f'{{"holder":"other-{other}","lease_ms":600000}}'.encode(), 201)
 acquire = {
     "lock": ("/locks/callgrind/acquire", "/locks/callgrind/holders/callgrind-1"),
     "semaphore": ("/semaphores/callgrind/acquire", "/semaphores/callgrind/holders/callgrind-1"),
+    "semaphore-shared": ("/semaphores/callgrind/acquire", "/semaphores/callgrind/holders/callgrind-1"),
     "read-lock": ("/rwlocks/callgrind/read/acquire", "/rwlocks/callgrind/holders/callgrind-1"),
 }[primitive]
 for _ in range(pairs):
@@ -111,7 +118,7 @@ run() {
 }
 
 echo "redis-server: $(redis-server --version)"
-for primitive in lock semaphore read-lock; do
+for primitive in lock semaphore semaphore-shared read-lock; do
     for binary in "${binaries[@]}"; do
         base=$(run "$binary" "$primitive" $few)
         more=$(run "$binary" "$primitive" $many)

@@ -123,8 +123,8 @@ macro_rules! scripts {
 // fair locks, read-write locks and semaphores share the queue of waiters
 // (`queue`); every rwlock script starts from `rw`, every semaphore script
 // from `sem`, each after the session fields of their holders' holds
-// (`hold_session`) and followed by what both do before they read
-// (`queue_refresh`); the scripts that honour an `Idempotency-Key` start
+// (`hold_session`) and the reclaim floor of their leases (`leases`), and
+// followed by what both do before they read (`queue_refresh`); the scripts that honour an `Idempotency-Key` start
 // from its record's helpers (`idempotency`); the scripts that record or
 // show holds' owner labels and grant times join `holds` first. A queued primitive's DELETE of
 // a holder (`*_leave`) is its release script with one file before the
@@ -147,21 +147,21 @@ scripts! {
     MULTI_HEARTBEAT => "multi_heartbeat" = ["holds", "lock_plain", "lock", "multi", "multi_heartbeat"],
     MULTI_RELEASE => "multi_release" = ["holds", "lock_plain", "lock", "multi", "multi_release"],
     QUEUE_LEAVE => "queue_leave" = ["queue", "queue_leave"],
-    RW_ACQUIRE => "rw_acquire" = ["queue", "hold_session", "holds", "rw", "queue_refresh", "rw_acquire"],
-    RW_UNDO => "rw_undo" = ["queue", "hold_session", "holds", "rw", "queue_refresh", "rw_undo"],
-    RW_HEARTBEAT => "rw_heartbeat" = ["queue", "hold_session", "holds", "rw", "queue_refresh", "rw_heartbeat"],
-    RW_RELEASE => "rw_release" = ["queue", "hold_session", "holds", "rw", "queue_refresh", "rw_release"],
-    RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "hold_session", "holds", "rw", "queue_refresh", "rw_force_unlock"],
-    RW_LEAVE => "rw_leave" = ["queue", "hold_session", "holds", "rw", "queue_refresh", "rw_leave", "rw_release"],
-    RW_STATE => "rw_state" = ["queue", "hold_session", "holds", "rw", "queue_refresh", "rw_state"],
-    SEM_SET => "sem_set" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_set"],
-    SEM_ACQUIRE => "sem_acquire" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_acquire"],
-    SEM_UNDO => "sem_undo" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_undo"],
-    SEM_HEARTBEAT => "sem_heartbeat" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_heartbeat"],
-    SEM_RELEASE => "sem_release" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_release"],
-    SEM_LEAVE => "sem_leave" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_leave", "sem_release"],
-    SEM_STATE => "sem_state" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_state"],
-    SEM_DELETE => "sem_delete" = ["queue", "hold_session", "holds", "sem", "queue_refresh", "sem_delete"],
+    RW_ACQUIRE => "rw_acquire" = ["queue", "hold_session", "holds", "leases", "rw", "queue_refresh", "rw_acquire"],
+    RW_UNDO => "rw_undo" = ["queue", "hold_session", "holds", "leases", "rw", "queue_refresh", "rw_undo"],
+    RW_HEARTBEAT => "rw_heartbeat" = ["queue", "hold_session", "holds", "leases", "rw", "queue_refresh", "rw_heartbeat"],
+    RW_RELEASE => "rw_release" = ["queue", "hold_session", "holds", "leases", "rw", "queue_refresh", "rw_release"],
+    RW_FORCE_UNLOCK => "rw_force_unlock" = ["queue", "hold_session", "holds", "leases", "rw", "queue_refresh", "rw_force_unlock"],
+    RW_LEAVE => "rw_leave" = ["queue", "hold_session", "holds", "leases", "rw", "queue_refresh", "rw_leave", "rw_release"],
+    RW_STATE => "rw_state" = ["queue", "hold_session", "holds", "leases", "rw", "queue_refresh", "rw_state"],
+    SEM_SET => "sem_set" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_set"],
+    SEM_ACQUIRE => "sem_acquire" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_acquire"],
+    SEM_UNDO => "sem_undo" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_undo"],
+    SEM_HEARTBEAT => "sem_heartbeat" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_heartbeat"],
+    SEM_RELEASE => "sem_release" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_release"],
+    SEM_LEAVE => "sem_leave" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_leave", "sem_release"],
+    SEM_STATE => "sem_state" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_state"],
+    SEM_DELETE => "sem_delete" = ["queue", "hold_session", "holds", "leases", "sem", "queue_refresh", "sem_delete"],
     // RedLock: each runs on one RedLock node, except `redlock_wake` (main Redis).
     REDLOCK_ACQUIRE => "redlock_acquire" = ["holds", "redlock_acquire"],
     REDLOCK_FENCE => "redlock_fence" = ["redlock_fence"],

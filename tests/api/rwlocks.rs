@@ -520,3 +520,47 @@ async fn the_holds_of_many_readers_are_kept_as_a_hash_table() {
         .unwrap();
     assert_eq!(left, 0, "the last release deletes the hash");
 }
+
+/// A reader's lease that ends before every other one is dropped when it
+/// ends, whether its acquire or its heartbeat made it the first to end
+/// (the readers' reclaim floor is lowered with it): a writer then waits
+/// only for the long reader.
+#[tokio::test]
+async fn a_read_lease_that_ends_before_the_others_is_dropped_when_it_ends() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    for name in ["short", "cut"] {
+        granted(read(&app, name, json!({"holder": "long", "lease_ms": 30000})).await).await;
+    }
+    // Past the floor's first horizon, a read sets it to the long lease's end.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for name in ["short", "cut"] {
+        assert_eq!(rw_state(&app, name).await["readers"], 1, "{name}");
+    }
+    granted(read(&app, "short", json!({"holder": "a", "lease_ms": 1000})).await).await;
+    granted(read(&app, "cut", json!({"holder": "a", "lease_ms": 30000})).await).await;
+    let renewed = app
+        .post(
+            "/rwlocks/cut/holders/a/heartbeat",
+            json!({"lease_ms": 1000}),
+        )
+        .await;
+    assert_eq!(renewed.status(), 200);
+    for name in ["short", "cut"] {
+        assert_eq!(rw_state(&app, name).await["readers"], 2, "{name}");
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for name in ["short", "cut"] {
+        assert_eq!(
+            rw_state(&app, name).await["readers"],
+            1,
+            "{name}: a's read hold ended"
+        );
+        let released = release(&app, name, "long", "").await;
+        assert_eq!(released.status(), 200, "{name}");
+        // Nothing is held: a's ended read hold was dropped, not kept.
+        let body: Value = released.json().await.unwrap();
+        assert_eq!(body["released"], true, "{name}: {body}");
+        granted(write(&app, name, json!({"holder": "w"})).await).await;
+    }
+}

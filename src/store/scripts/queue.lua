@@ -56,6 +56,23 @@ local function queue_absent()
   return QUEUE_ABSENT
 end
 
+-- Whether `key` (of the object's slot: an attempt's marker, say) exists,
+-- learning with the same call whether the queue does when neither does:
+-- the common case, one EXISTS instead of one for the key and one for the
+-- queue (queue_absent).
+local function exists_besides_queue(key)
+  if redis.call('EXISTS', key, KEYS[4], KEYS[5]) == 0 then
+    QUEUE_ABSENT = true
+    return false
+  end
+  if redis.call('EXISTS', key) == 1 then
+    return true
+  end
+  -- What exists is the queue.
+  QUEUE_ABSENT = false
+  return false
+end
+
 -- Drops the entries (and marks) whose deadline has passed; returns the
 -- entries' members.
 local function prune()

@@ -20,6 +20,7 @@
 --          ow, tw              the write hold's owner label and grant
 --                              time (holds.lua: suffix 'w')
 --          or|<h>, tr|<h>      a reader's (suffix 'r|<h>')
+--          soonest             the readers' reclaim floor (leases.lua)
 -- KEYS[2]  fence {prefix}{name}:rw:fence (counter; never expires)
 -- KEYS[3]  the attempt's marker (acquire, undo), else the hash again
 -- KEYS[4..6]  the queue (queue.lua)
@@ -27,7 +28,8 @@
 --
 -- Every reader's lease is its own (its deadline in KEYS[7]); the write
 -- hold's is wd. Expired holds are dropped by every script before it reads,
--- on Redis's clock. The hash and the readers expire with the last hold.
+-- on Redis's clock. The hash and the readers live at least as long as the
+-- last hold, and go when nothing is held.
 
 local function index_key(mode, holder, level)
   return 'i|' .. mode .. '|' .. holder .. '|' .. level
@@ -131,17 +133,20 @@ local function drop_reader(holder, fields, writer)
 end
 
 -- Drops the holds whose lease ended; true if any did. `wd` is the write
--- hold's deadline when the caller has read it (false for none).
-local function drop_expired(wd)
+-- hold's deadline and `soonest` the readers' reclaim floor (leases.lua)
+-- when the caller has read them (false for none); with neither, both are
+-- read here.
+local function drop_expired(wd, soonest)
   local dropped = false
   if wd == nil then
-    wd = redis.call('HGET', KEYS[1], 'wd')
+    local f = redis.call('HMGET', KEYS[1], 'wd', 'soonest')
+    wd, soonest = f[1], f[2]
   end
   if wd and tonumber(wd) <= now then
     drop_writer()
     dropped = true
   end
-  for _, holder in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)) do
+  for _, holder in ipairs(ended_leases(KEYS[1], KEYS[7], soonest)) do
     drop_reader(holder)
     dropped = true
   end
@@ -149,20 +154,22 @@ local function drop_expired(wd)
 end
 
 -- Remaining ms of the longest hold (0 when free). `wd` is the write
--- hold's deadline (0 for none) when the caller knows it.
-local function held_for(wd)
+-- hold's deadline (0 for none) and `reader` the end of the last read hold
+-- (0 for none) when the caller knows them.
+local function held_for(wd, reader)
   local last = wd or tonumber(redis.call('HGET', KEYS[1], 'wd') or '0')
-  local reader = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
-  if reader[2] and tonumber(reader[2]) > last then
-    last = tonumber(reader[2])
+  if not reader then
+    local r = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
+    reader = tonumber(r[2] or '0')
   end
-  return math.max(last - now, 0)
+  return math.max(math.max(last, reader) - now, 0)
 end
 
 -- The hash and the readers live exactly as long as the last hold (`wd`
--- as in held_for). Returns true when nothing is held (both are deleted).
-local function expire_holds(wd)
-  local ttl = held_for(wd)
+-- and `reader` as in held_for). Returns true when nothing is held (both
+-- are deleted).
+local function expire_holds(wd, reader)
+  local ttl = held_for(wd, reader)
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[7], ttl)
@@ -198,18 +205,27 @@ local function wake()
 end
 
 -- A holder's hold in `mode` ended (released or given back): drop it and
--- wake the queue. What the caller knows, when given: `fields`, its
--- attempts' fields (drop_writer); `writer`, the writer (false for none)
--- and `wd` its deadline (0 for none). Returns true when nothing is held
--- any more (expire_holds).
-local function hold_ended(mode, holder, fields, writer, wd)
+-- wake the queue. When nothing is held any more the hash and the readers
+-- go whole; while something is, their TTL already outlasts every hold
+-- (each acquire and renewal sets it to the end of the last one), so it is
+-- left as it is. What the caller knows, when given: `fields`, its
+-- attempts' fields (drop_writer); `writer`, the writer (false for none);
+-- `held`, true when something stays held. Returns true when nothing is
+-- held any more.
+local function hold_ended(mode, holder, fields, writer, held)
   if mode == 'w' then
     drop_writer(fields)
-    wd = 0
+    writer = false
   else
     drop_reader(holder, fields, writer)
+    if writer == nil then
+      writer = redis.call('HGET', KEYS[1], 'w')
+    end
   end
-  local free = expire_holds(wd)
+  local free = not held and not writer and redis.call('ZCARD', KEYS[7]) == 0
+  if free then
+    redis.call('DEL', KEYS[1], KEYS[7])
+  end
   wake()
   return free
 end
@@ -265,6 +281,7 @@ local function extend(holder, lease, cap)
         redis.call('HSET', KEYS[1], 'wd', deadline)
       else
         redis.call('ZADD', KEYS[7], deadline, holder)
+        lower_floor(KEYS[1], deadline)
       end
       shortened = shortened or deadline < before
     end

@@ -37,24 +37,24 @@
 -- in a session is a renewal of the holder's holds by it: unless they have
 -- applied a newer version of the session's state (then the new hold ends
 -- when that says), every hold of the holder ends after the lease.
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if exists_besides_queue(KEYS[3]) then
   return {-1}
 end
 local holder, mode, lease, id = ARGV[2], ARGV[5], tonumber(ARGV[6]), ARGV[7]
 -- What the acquire reads of the hash, in one HMGET: whether the attempt
 -- made a hold already, the writer and its deadline, the holder's read
--- holds and session, the tokens and write count a grant replies, and
+-- holds and session, the tokens and write count a grant replies,
 -- whether the hash is kept as a hash table already (keep_as_table in
--- holds.lua).
+-- holds.lua), and the readers' reclaim floor (leases.lua).
 local function read_hold()
   return redis.call('HMGET', KEYS[1], 'a|' .. id, 'wd', 'w', 'r|' .. holder, 'ss|' .. holder,
-    'wc', 'wt', 'rt|' .. holder, 'table')
+    'wc', 'wt', 'rt|' .. holder, 'table', 'soonest')
 end
 local h = read_hold()
 if h[1] then
   return grant_reply(string.sub(h[1], 1, 1), holder)
 end
-if refresh(h[2]) then
+if refresh(h[2], h[10]) then
   h = read_hold()
 end
 local member = mode .. '|' .. holder
@@ -151,8 +151,13 @@ local function take()
     end
   end
   owner_fields(fields, owner_suffix(mode, holder), owner, count == 1 and now or nil)
+  floor_field(KEYS[1], fields, mode == 'r' and deadline or nil)
   redis.call('HSET', KEYS[1], unpack(fields))
-  if count == 1 and not h[9] then
+  -- Nothing was held before this hold (no writer, and the refresh found
+  -- no reader's lease): the hash holds this hold's fields alone, and the
+  -- last read hold, if any, is this one.
+  local alone = NO_LEASE and not writer
+  if count == 1 and not h[9] and not alone then
     keep_as_table(KEYS[1])
   end
   if session ~= '' and fresh then
@@ -163,9 +168,9 @@ local function take()
     -- The session may have moved the holds' ends (extend): read them.
     expire_holds()
   elseif mode == 'w' then
-    expire_holds(deadline)
+    expire_holds(deadline, NO_LEASE and 0 or nil)
   else
-    expire_holds(tonumber(h[2] or '0'))
+    expire_holds(tonumber(h[2] or '0'), NO_LEASE and deadline or nil)
   end
   if not unqueued and leave_queue(member) then
     wake()

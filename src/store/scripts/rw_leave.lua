@@ -15,7 +15,13 @@
 --                                 the holds it keeps in that mode
 -- and otherwise what rw_release returns. When it leaves, the queue is
 -- woken: whoever can be granted now goes.
-refresh()
+--
+-- Nobody waits (one EXISTS): nothing to leave, and the release refreshes
+-- with what it reads anyway. Otherwise the queue is refreshed first, so
+-- that an entry whose place lapsed is not left but released.
+if not queue_absent() then
+  refresh()
+end
 local quitter, wanted = ARGV[2], ARGV[5]
 local gone
 -- With both modes to look for and nobody queued, nothing to leave: one

@@ -17,12 +17,13 @@
 -- queued before the next writer go (or that writer), a read release that
 -- frees the lock lets the writer at the head go.
 local holder, mode = ARGV[2], ARGV[5]
--- What the release reads of the hash, in one HMGET.
+-- What the release reads of the hash, in one HMGET (soonest: the
+-- readers' reclaim floor, leases.lua).
 local function read_hold()
-  return redis.call('HMGET', KEYS[1], 'wd', 'w', 'wc', 'r|' .. holder, 'ss|' .. holder)
+  return redis.call('HMGET', KEYS[1], 'wd', 'w', 'wc', 'r|' .. holder, 'ss|' .. holder, 'soonest')
 end
 local h = read_hold()
-if refresh(h[1]) then
+if refresh(h[1], h[6]) then
   h = read_hold()
 end
 if ARGV[7] and (h[5] or '') ~= ARGV[7] then
@@ -48,13 +49,27 @@ local left = count - 1
 if ARGV[6] == '1' then
   left = 0
 end
+-- Its last hold of that mode: does anything else stay held? Not when it
+-- is the only reader (the readers count its read hold) and nobody
+-- writes, or the writer and no reader, itself included.
+local alone = false
+if left == 0 and ((mode == 'r' and not writer) or (mode == 'w' and tonumber(h[4] or '0') == 0)) then
+  alone = redis.call('ZCARD', KEYS[7]) == ((mode == 'r') and 1 or 0)
+end
+if alone then
+  -- Nothing stays held: the hash and the readers go whole, the hold's
+  -- attempts and session with them.
+  redis.call('DEL', KEYS[1], KEYS[7])
+  wake()
+  return {1, 0, mode}
+end
 local forgotten = attempt_fields(mode, holder, left + 1, count)
 if left > 0 then
   on_fields('HDEL', forgotten)
   redis.call('HSET', KEYS[1], count_field, left)
   return {0, left, mode}
 end
--- The last hold of that mode: its attempts go with it (in its HDEL).
-local free = hold_ended(mode, holder, forgotten, writer, tonumber(h[1] or '0'))
-  or redis.call('EXISTS', KEYS[1]) == 0
-return {free and 1 or 0, 0, mode}
+-- The last hold of that mode, while another stays: its attempts go with
+-- it (in its HDEL).
+hold_ended(mode, holder, forgotten, writer, true)
+return {0, 0, mode}

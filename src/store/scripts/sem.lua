@@ -27,11 +27,12 @@
 --                        (hold_session.lua, joined before this file)
 --          oh|<h>, th|<h>  its owner label and grant time (holds.lua,
 --                        suffix 'h|<h>': t|<h> is the token)
+--          soonest       the leases' reclaim floor (leases.lua)
 -- KEYS[8]  zset {prefix}{name}:sem:leases  holder → its lease's deadline
 --
 -- Expired holds are reclaimed by every script before it reads, on Redis's
 -- clock, so `used` only counts live leases. The holds and the leases
--- expire with the last lease.
+-- live at least as long as every lease, and go with the last hold.
 
 -- How many times the head of the queue may be overtaken by later waiters
 -- (or new requests) that fit while it does not; after that, nobody is
@@ -85,8 +86,20 @@ local function drop_holder(holder)
 end
 
 -- Reclaims the permits of the holds whose lease ended; true if any did.
-local function drop_expired()
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now)
+-- The caller passes the holds' reclaim floor (leases.lua) and `used` when
+-- it read them (false: absent); with neither, they are read here.
+local function drop_expired(...)
+  local soonest, held = ...
+  if select('#', ...) == 0 then
+    local f = redis.call('HMGET', KEYS[7], 'soonest', 'used')
+    soonest, held = f[1], f[2]
+  end
+  if not held then
+    -- No holds, and the leases go with them: nothing to reclaim.
+    FLOOR, NO_LEASE = now + FLOOR_HORIZON_MS, true
+    return false
+  end
+  local gone = ended_leases(KEYS[7], KEYS[8], soonest)
   for _, holder in ipairs(gone) do
     drop_holder(holder)
   end
@@ -102,21 +115,30 @@ local function first_lease_ends()
   return 0
 end
 
--- The lease that ends last: {holder, deadline}, or {} when none.
-local function last_lease()
-  return redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
+-- After holds were dropped: the holds and the leases go when no permit
+-- is held any more. While some are, the keys' TTL outlasts every lease
+-- already (extend_holds).
+local function expire_holds()
+  if used() <= 0 then
+    redis.call('DEL', KEYS[7], KEYS[8])
+  end
 end
 
--- The holds live exactly as long as the last lease (`last`: last_lease(),
--- when the caller has read it).
-local function expire_holds(last)
-  last = last or last_lease()
-  if last[2] and tonumber(last[2]) > now then
-    local ttl = tonumber(last[2]) - now
+-- A lease now ends at `ends` (ms, Redis clock): the holds and the leases
+-- live at least as long. Their TTL is only ever extended (GT), never
+-- shortened to the lease that ends last, so it stays past every lease
+-- with no read of which one that is; it may outlast the last lease by
+-- what a shortened lease gave up, until the last hold's release deletes
+-- the keys. Keys this call created (`fresh`) have no TTL yet, which GT
+-- would keep.
+local function extend_holds(ends, fresh)
+  local ttl = math.max(ends - now, 1)
+  if fresh then
     redis.call('PEXPIRE', KEYS[7], ttl)
     redis.call('PEXPIRE', KEYS[8], ttl)
   else
-    redis.call('DEL', KEYS[7], KEYS[8])
+    redis.call('PEXPIRE', KEYS[7], ttl, 'GT')
+    redis.call('PEXPIRE', KEYS[8], ttl, 'GT')
   end
 end
 
@@ -263,12 +285,14 @@ end
 
 -- Sessions (the book's "Sessions" (docs/src/sessions.md); hold_session.lua).
 
--- Sets the holder's lease to end at `deadline` (ms, Redis clock); wakes
--- the queue when it now ends earlier than it did, so that the waiters
--- look again by then. The caller expires the holds afterwards.
+-- Sets the holder's lease to end at `deadline` (ms, Redis clock), with
+-- the reclaim floor and the keys' TTL; wakes the queue when it now ends
+-- earlier than it did, so that the waiters look again by then.
 local function set_deadline(holder, deadline)
   local before = tonumber(redis.call('ZSCORE', KEYS[8], holder))
   redis.call('ZADD', KEYS[8], deadline, holder)
+  lower_floor(KEYS[7], deadline)
+  extend_holds(deadline, false)
   if before and deadline < before then
     wake()
   end

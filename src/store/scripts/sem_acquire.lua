@@ -31,25 +31,26 @@
 -- Sessions: a grant in a session is a renewal of the hold by it, unless
 -- the hold has applied a newer version of the session's state (then it
 -- keeps the end that says).
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if exists_besides_queue(KEYS[3]) then
   return {-1}
 end
 local holder, need, lease, id = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 -- What this script reads of the holds: whether the attempt was granted,
--- the holder's lease and the permits in use, then, only when the holder
--- has a lease, its hold so far (without one it has none: its first grant,
--- which takes a token). Each field looked up costs a scan of the hash
--- while it is a listpack, with many holders. As one list: {a|<attempt>,
--- l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used, table} (table: the
--- hash is kept as a hash table already; keep_as_table in holds.lua).
+-- the holder's lease, the permits in use and the reclaim floor, then,
+-- only when the holder has a lease, its hold so far (without one it has
+-- none: its first grant, which takes a token). Each field looked up costs
+-- a scan of the hash while it is a listpack, with many holders. As one
+-- list: {a|<attempt>, l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used,
+-- table, soonest} (table: the hash is kept as a hash table already;
+-- keep_as_table in holds.lua).
 local function read_holds()
-  local h = redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'used', 'table')
+  local h = redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'used', 'table', 'soonest')
   local hold = {false, false, false, false, false}
   if h[2] then
     hold = redis.call('HMGET', KEYS[7], 'ss|' .. holder, 'c|' .. holder, 'p|' .. holder,
       't|' .. holder, 'as|' .. holder)
   end
-  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3], h[4]}
+  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3], h[4], h[5]}
 end
 local h = read_holds()
 if h[1] then
@@ -62,7 +63,7 @@ end
 if need > permits then
   return {-3, permits}
 end
-if refresh() then
+if refresh(h[10], h[8]) then
   -- Expired holds were reclaimed: the holder's among them, maybe.
   h = read_holds()
 end
@@ -92,36 +93,42 @@ end
 if overtakes then
   overtaken()
 end
--- The hold is written back in one HSET.
+-- The hold is written back in one HSET, with the reclaim floor.
 local grants = tonumber(h[4] or '0') + 1
 local held = tonumber(h[5] or '0') + need
 local token = h[6]
 if grants == 1 then
   token = redis.call('INCR', KEYS[2])
 end
+-- The hold's new end: now + the lease, unless a session's state newer
+-- than this grant's was applied (the hold keeps the end that says).
+local renewed = session ~= '' and newer(KEYS[7], holder, version)
+local deadline = nil
+if session == '' or renewed then
+  deadline = now + lease
+end
 local attempts = h[7] and (h[7] .. ' ' .. id) or id
 local fields = {'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, token,
   'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts,
   'used', tonumber(h[8] or '0') + need}
 owner_fields(fields, 'h|' .. holder, ARGV[10] or '', grants == 1 and now or nil)
+floor_field(KEYS[7], fields, deadline)
 redis.call('HSET', KEYS[7], unpack(fields))
-if grants == 1 and not h[9] then
+-- (Holds that were not there, no `used`, hold this hold's fields alone.)
+if grants == 1 and not h[9] and h[8] then
   keep_as_table(KEYS[7])
 end
-local deadline = nil
-if session == '' then
-  deadline = now + lease
-elseif newer(KEYS[7], holder, version) then
+if renewed then
   in_session(KEYS[7], holder, session, version, lease)
-  deadline = now + lease
 end
 if deadline and grants == 1 then
-  -- A first grant has no lease yet that could end earlier (set_deadline).
+  -- A first grant has no lease yet that could end earlier (set_deadline);
+  -- holds that were not there (no `used`) are keys this call created.
   redis.call('ZADD', KEYS[8], deadline, holder)
+  extend_holds(deadline, not h[8])
 elseif deadline then
   set_deadline(holder, deadline)
 end
-expire_holds()
 -- Nobody was queued (walk): the member has no entry to leave.
 if not unqueued and leave_queue(member) then
   wake()

@@ -49,7 +49,6 @@ elseif newer(KEYS[7], holder, version) then
   in_session(KEYS[7], holder, session, version, left)
   set_deadline(holder, now + left)
 end
-expire_holds()
 local reply = grant_reply(holder)
 reply[4] = tonumber(redis.call('ZSCORE', KEYS[8], holder)) - now
 return reply

@@ -17,12 +17,17 @@
 -- Returns  -2  it left the queue
 -- and otherwise what sem_release returns. When it leaves, the queue is
 -- woken: the waiters the permits now serve go.
-refresh()
 local quitter = ARGV[2]
 local suffix = '|' .. quitter
 local mine = {}
--- Nobody waits (refresh read it): no need to count the queue.
-local queued = queue_absent() and 0 or redis.call('ZCARD', KEYS[4])
+-- Nobody waits (one EXISTS): nothing to leave, and the release refreshes
+-- with what it reads anyway. Otherwise the queue is refreshed first, so
+-- that an entry whose place lapsed is not left but released.
+local queued = 0
+if not queue_absent() then
+  refresh()
+  queued = redis.call('ZCARD', KEYS[4])
+end
 for first = 0, queued - 1, 1000 do
   for _, member in ipairs(redis.call('ZRANGE', KEYS[4], first, first + 999)) do
     if string.sub(member, -#suffix) == suffix then
