@@ -668,9 +668,11 @@ async fn delayed(
     tokio::join!(read, write);
 }
 
-/// The calls of each Redis command (`INFO commandstats`) since the last
-/// `CONFIG RESETSTAT`.
-pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+/// The calls of each Redis command (`INFO commandstats`, names in lower
+/// case) since the last `CONFIG RESETSTAT`.
+pub async fn commands_called(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> std::collections::BTreeMap<String, u64> {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -678,7 +680,19 @@ pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command
         .unwrap();
     stats
         .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .map(|l| {
+            let (name, rest) = l.split_once(":calls=").expect("a commandstats line");
+            let calls = rest.split(',').next().unwrap().parse().unwrap();
+            (name.to_string(), calls)
+        })
+        .collect()
+}
+
+/// The calls of one Redis command since the last `CONFIG RESETSTAT`.
+pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    (commands_called(conn).await)
+        .get(command)
+        .copied()
+        .unwrap_or(0)
 }

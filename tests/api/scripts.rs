@@ -815,27 +815,15 @@ async fn a_release_that_nobody_waits_behind_reads_no_queue() {
 }
 
 /// Every Redis command the scripts ran since the last `CONFIG RESETSTAT`,
-/// by name (lower case), the script calls themselves left out.
+/// the script calls themselves and the test's own commands left out.
 async fn script_commands(
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> std::collections::BTreeMap<String, u64> {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    stats
-        .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(":calls=")?;
-            let calls = rest.split(',').next()?.parse().ok()?;
-            Some((name.to_string(), calls))
-        })
-        .filter(|(name, _)| {
-            !(["evalsha", "eval", "info"].contains(&name.as_str()) || name.starts_with("config"))
-        })
-        .collect()
+    let mut called = commands_called(conn).await;
+    called.retain(|name, _| {
+        !(["evalsha", "eval", "info"].contains(&name.as_str()) || name.starts_with("config"))
+    });
+    called
 }
 
 /// What a pair (an acquire, then the DELETE of its holder) asks of Redis,
