@@ -936,3 +936,71 @@ async fn a_pair_that_nobody_waits_behind_asks_redis_only_what_it_changes() {
         .unwrap();
     assert_eq!(left, 0, "the last release deletes the holds");
 }
+
+/// Redis's clock in ms, read with TIME.
+async fn redis_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// The scripts write a grant time as text made of TIME's reply (time_text
+/// in holds.lua: the seconds, then the ms of the microseconds in three
+/// digits), not as a number Redis must format: each case of the
+/// microseconds gives the ms the arithmetic gives.
+#[tokio::test]
+async fn a_grant_time_as_text_is_the_ms_of_redis_s_clock() {
+    let redis = redis();
+    let mut conn = redis_conn(&redis).await;
+    let source = format!(
+        "{}\nreturn time_text(ARGV)",
+        include_str!("../../src/store/scripts/holds.lua")
+    );
+    let script = redis::Script::new(&source);
+    for micros in [0u64, 7, 999, 1000, 1999, 59_999, 100_000, 123_456, 999_999] {
+        let text: String = script
+            .arg("1795752474")
+            .arg(micros.to_string())
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            text,
+            (1_795_752_474u64 * 1000 + micros / 1000).to_string(),
+            "{micros} µs"
+        );
+    }
+}
+
+/// A lock's, a semaphore hold's and a read hold's grant time is Redis's
+/// clock when it was granted, in ms: between TIME read before and after
+/// the acquire.
+#[tokio::test]
+async fn every_grant_time_is_redis_s_clock_in_ms() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut conn = redis_conn(&redis).await;
+    let put = app
+        .client
+        .put(app.url("/semaphores/g"))
+        .json(&serde_json::json!({"permits": 4}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    for (acquire, key, field) in [
+        ("/locks/g/acquire", "latchkey:{g}:lock", "t"),
+        ("/semaphores/g/acquire", "latchkey:{g}:sem:holds", "th|h"),
+        ("/rwlocks/g/read/acquire", "latchkey:{g}:rw", "tr|h"),
+    ] {
+        let before = redis_ms(&mut conn).await;
+        let granted = app.post(acquire, serde_json::json!({"holder": "h"})).await;
+        assert_eq!(granted.status(), 201, "{acquire}");
+        let after = redis_ms(&mut conn).await;
+        let at: String = conn.hget(key, field).await.unwrap();
+        let at: u64 = at.parse().expect("a whole number of ms");
+        assert!(
+            before <= at && at <= after,
+            "{acquire}: granted at {at}, between {before} and {after}?"
+        );
+    }
+}

@@ -38,6 +38,15 @@ local function holds_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A reply of TIME ({seconds, microseconds}, both text) as ms, as text:
+-- what a script stores as a grant time. Redis 7.0 formats each number a
+-- script passes to redis.call with "%.17g", about 4 000 instructions a
+-- number, where it copies a string; the scripts pass the text they have
+-- (an argument, a value they read) wherever it is the value to write.
+local function time_text(t)
+  return t[1] .. string.sub('00000' .. t[2], -6, -4)
+end
+
 -- An owner argument that starts with LENT (\1: a label never holds a
 -- control character) is the label of the session the hold is taken in,
 -- lent because the acquire sent none: it labels a new hold only, and a
@@ -65,9 +74,9 @@ end
 
 -- Appends to `fields` (field, value, field, value, ... for one HSET) what
 -- record_owner writes: the owner label `owner` ('' keeps the label there
--- is) and, for a hold granted now, its grant time `granted_at` (ms; nil
--- for a hold that is not new), under the fields `o<suffix>` and
--- `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
+-- is) and, for a hold granted now, its grant time `granted_at` (ms, as
+-- time_text gives it; nil for a hold that is not new), under the fields
+-- `o<suffix>` and `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
 -- other fields anyway writes these in the same HSET.
 local function owner_fields(fields, suffix, owner, granted_at)
   if granted_at then
@@ -87,7 +96,7 @@ end
 -- cheapest script there is).
 local function record_owner(hash, suffix, owner, new)
   if new then
-    redis.call('HSET', hash, 't' .. suffix, holds_now())
+    redis.call('HSET', hash, 't' .. suffix, time_text(redis.call('TIME')))
   end
   local label = label_to_write(owner, new)
   if label then

@@ -20,16 +20,21 @@
 -- during a rollout) is found within it.
 local FLOOR_HORIZON_MS = 1000
 
--- The floor as this call knows it (nil: not read yet).
+-- The floor as this call knows it (nil: not read yet), and as text when
+-- it is a value read from Redis (the field, or a lease's end), so that
+-- writing it back costs no formatting (time_text in holds.lua).
 local FLOOR = nil
+local FLOOR_TEXT = nil
 
 -- True when this call found no lease left in the zset (a scan, or the
 -- caller knew there are no holds), before it wrote one.
 local NO_LEASE = false
 
 -- How many of the first leases a scan reads at once: the ended ones and
--- the first one left, in one call, while no more than this have ended.
+-- the first one left, in one call, while no more than this have ended
+-- (and the last rank of that page, as text).
 local FLOOR_PAGE = 8
+local FLOOR_PAGE_LAST = '7'
 
 -- The holders of `leases` whose lease ended (still in the zset), given
 -- the floor `soonest` read from `hash` (false or nil: unknown). Sets
@@ -37,15 +42,15 @@ local FLOOR_PAGE = 8
 local function ended_leases(hash, leases, soonest)
   local floor = tonumber(soonest)
   if floor and floor > now then
-    FLOOR = floor
+    FLOOR, FLOOR_TEXT = floor, soonest
     return {}
   end
-  local first = redis.call('ZRANGE', leases, 0, FLOOR_PAGE - 1, 'WITHSCORES')
-  local gone, next_end = {}, nil
+  local first = redis.call('ZRANGE', leases, '0', FLOOR_PAGE_LAST, 'WITHSCORES')
+  local gone, next_end, next_text = {}, nil, nil
   for i = 1, #first, 2 do
     local ends = tonumber(first[i + 1])
     if ends > now then
-      next_end = ends
+      next_end, next_text = ends, first[i + 1]
       break
     end
     gone[#gone + 1] = first[i]
@@ -54,13 +59,13 @@ local function ended_leases(hash, leases, soonest)
     -- More ended than one page: all of them, then the first one left.
     gone = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
     local left = redis.call('ZRANGEBYSCORE', leases, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    next_end = tonumber(left[2])
+    next_end, next_text = tonumber(left[2]), left[2]
   end
-  FLOOR = next_end or (now + FLOOR_HORIZON_MS)
+  FLOOR, FLOOR_TEXT = next_end or (now + FLOOR_HORIZON_MS), next_text
   -- (The ended ones are the caller's to drop.)
   NO_LEASE = next_end == nil
   if soonest then
-    redis.call('HSET', hash, 'soonest', FLOOR)
+    redis.call('HSET', hash, 'soonest', FLOOR_TEXT or FLOOR)
   end
   return gone
 end
@@ -76,10 +81,10 @@ local function floor_field(hash, fields, ends)
     return
   end
   if ends and ends < FLOOR then
-    FLOOR = ends
+    FLOOR, FLOOR_TEXT = ends, nil
   end
   fields[#fields + 1] = 'soonest'
-  fields[#fields + 1] = FLOOR
+  fields[#fields + 1] = FLOOR_TEXT or FLOOR
 end
 
 -- A lease of `hash`'s zset now ends at `ends`: lowers the floor to it
@@ -89,7 +94,7 @@ local function lower_floor(hash, ends)
   if FLOOR == nil then
     redis.call('HDEL', hash, 'soonest')
   elseif ends < FLOOR then
-    FLOOR = ends
+    FLOOR, FLOOR_TEXT = ends, nil
     redis.call('HSET', hash, 'soonest', ends)
   end
 end

@@ -95,8 +95,9 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
       return wait
     end
     local token = redis.call('INCR', fence)
-    redis.call('HSET', hash, 'holder', holder, 'count', 1, 'token', token,
-      'lease', lease, attempt, 1)
+    -- (Text where there is the text: time_text in holds.lua.)
+    redis.call('HSET', hash, 'holder', holder, 'count', '1', 'token', token,
+      'lease', lease, attempt, '1')
     redis.call('PEXPIRE', hash, lease)
     in_session(hash, session, version, ends)
     record_owner(hash, '', owner, true)

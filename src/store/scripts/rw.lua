@@ -167,10 +167,15 @@ end
 
 -- The hash and the readers live exactly as long as the last hold (`wd`
 -- and `reader` as in held_for). Returns true when nothing is held (both
--- are deleted).
-local function expire_holds(wd, reader)
+-- are deleted). A caller that knows a lease that may be that TTL passes
+-- it (`lease`) with its text, written in its place when it is (time_text
+-- in holds.lua).
+local function expire_holds(wd, reader, lease, lease_text)
   local ttl = held_for(wd, reader)
   if ttl > 0 then
+    if ttl == lease then
+      ttl = lease_text
+    end
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[7], ttl)
     return false

@@ -121,8 +121,13 @@ local function take()
     count_field, token_field, count, token = 'r|' .. holder, 'rt|' .. holder, h[4], h[8]
   end
   count = tonumber(count or '0') + 1
-  -- Everything the hold changes in the hash, in one HSET.
-  local fields = {count_field, count, 'a|' .. id, mode .. count, index_key(mode, holder, count), id}
+  -- Everything the hold changes in the hash, in one HSET. A first hold's
+  -- count and a lease that is not a session's are written as text
+  -- (time_text in holds.lua).
+  local count_text = count == 1 and '1' or count
+  local lease_text = session == '' and ARGV[6] or lease
+  local fields = {count_field, count_text, 'a|' .. id, mode .. count_text,
+    index_key(mode, holder, count_text), id}
   local function set(field, value)
     fields[#fields + 1] = field
     fields[#fields + 1] = value
@@ -137,10 +142,10 @@ local function take()
   end
   if mode == 'w' then
     set('w', holder)
-    set('wl', lease)
+    set('wl', lease_text)
     set('wd', deadline)
   else
-    set('rl|' .. holder, lease)
+    set('rl|' .. holder, lease_text)
     redis.call('ZADD', KEYS[7], deadline, holder)
   end
   local owner = ARGV[10] or ''
@@ -150,7 +155,7 @@ local function take()
       owner = redis.call('HGET', KEYS[1], other) or owner
     end
   end
-  owner_fields(fields, owner_suffix(mode, holder), owner, count == 1 and now or nil)
+  owner_fields(fields, owner_suffix(mode, holder), owner, count == 1 and time_text(clock) or nil)
   floor_field(KEYS[1], fields, mode == 'r' and deadline or nil)
   redis.call('HSET', KEYS[1], unpack(fields))
   -- Nothing was held before this hold (no writer, and the refresh found
@@ -168,9 +173,9 @@ local function take()
     -- The session may have moved the holds' ends (extend): read them.
     expire_holds()
   elseif mode == 'w' then
-    expire_holds(deadline, NO_LEASE and 0 or nil)
+    expire_holds(deadline, NO_LEASE and 0 or nil, lease, lease_text)
   else
-    expire_holds(tonumber(h[2] or '0'), NO_LEASE and deadline or nil)
+    expire_holds(tonumber(h[2] or '0'), NO_LEASE and deadline or nil, lease, lease_text)
   end
   if not unqueued and leave_queue(member) then
     wake()

@@ -73,7 +73,7 @@ local function drop_fields(holder, h, sessionless)
   redis.call('HDEL', KEYS[7], unpack(fields))
   local permits = tonumber(h[1] or '0')
   if permits > 0 then
-    redis.call('HINCRBY', KEYS[7], 'used', -permits)
+    redis.call('HINCRBY', KEYS[7], 'used', '-' .. h[1])
   end
   return permits
 end
@@ -130,9 +130,10 @@ end
 -- with no read of which one that is; it may outlast the last lease by
 -- what a shortened lease gave up, until the last hold's release deletes
 -- the keys. Keys this call created (`fresh`) have no TTL yet, which GT
--- would keep.
-local function extend_holds(ends, fresh)
-  local ttl = math.max(ends - now, 1)
+-- would keep. `ttl`: the ms from now to `ends` as text, when the caller
+-- has it (time_text in holds.lua).
+local function extend_holds(ends, fresh, ttl)
+  ttl = ttl or math.max(ends - now, 1)
   if fresh then
     redis.call('PEXPIRE', KEYS[7], ttl)
     redis.call('PEXPIRE', KEYS[8], ttl)
@@ -287,12 +288,13 @@ end
 
 -- Sets the holder's lease to end at `deadline` (ms, Redis clock), with
 -- the reclaim floor and the keys' TTL; wakes the queue when it now ends
--- earlier than it did, so that the waiters look again by then.
-local function set_deadline(holder, deadline)
+-- earlier than it did, so that the waiters look again by then. `ttl` as
+-- in extend_holds.
+local function set_deadline(holder, deadline, ttl)
   local before = tonumber(redis.call('ZSCORE', KEYS[8], holder))
   redis.call('ZADD', KEYS[8], deadline, holder)
   lower_floor(KEYS[7], deadline)
-  extend_holds(deadline, false)
+  extend_holds(deadline, false, ttl)
   if before and deadline < before then
     wake()
   end

@@ -74,7 +74,7 @@ end
 if h[2] and (h[3] or '') ~= session then
   return {-5}
 end
-local member = need .. '|' .. holder
+local member = ARGV[5] .. '|' .. holder
 -- A waiter that left the queue while this request was open (queue.lua)
 -- is granted nothing.
 local go, overtakes, unqueued = false, false, false
@@ -93,11 +93,14 @@ end
 if overtakes then
   overtaken()
 end
--- The hold is written back in one HSET, with the reclaim floor.
+-- The hold is written back in one HSET, with the reclaim floor. A first
+-- grant's count, permits and lease are written as the text they came as
+-- (time_text in holds.lua).
 local grants = tonumber(h[4] or '0') + 1
+local first = grants == 1
 local held = tonumber(h[5] or '0') + need
 local token = h[6]
-if grants == 1 then
+if first then
   token = redis.call('INCR', KEYS[2])
 end
 -- The hold's new end: now + the lease, unless a session's state newer
@@ -108,26 +111,28 @@ if session == '' or renewed then
   deadline = now + lease
 end
 local attempts = h[7] and (h[7] .. ' ' .. id) or id
-local fields = {'c|' .. holder, grants, 'p|' .. holder, held, 't|' .. holder, token,
-  'l|' .. holder, lease, 'a|' .. id, need, 'as|' .. holder, attempts,
-  'used', tonumber(h[8] or '0') + need}
-owner_fields(fields, 'h|' .. holder, ARGV[10] or '', grants == 1 and now or nil)
+local lease_text = session == '' and ARGV[6] or lease
+local fields = {'c|' .. holder, first and '1' or grants, 'p|' .. holder, first and ARGV[5] or held,
+  't|' .. holder, token, 'l|' .. holder, lease_text, 'a|' .. id, ARGV[5],
+  'as|' .. holder, attempts, 'used', tonumber(h[8] or '0') + need}
+owner_fields(fields, 'h|' .. holder, ARGV[10] or '', first and time_text(clock) or nil)
 floor_field(KEYS[7], fields, deadline)
 redis.call('HSET', KEYS[7], unpack(fields))
 -- (Holds that were not there, no `used`, hold this hold's fields alone.)
-if grants == 1 and not h[9] and h[8] then
+if first and not h[9] and h[8] then
   keep_as_table(KEYS[7])
 end
 if renewed then
   in_session(KEYS[7], holder, session, version, lease)
 end
-if deadline and grants == 1 then
+-- (The keys' TTL from now is the lease, as text.)
+if deadline and first then
   -- A first grant has no lease yet that could end earlier (set_deadline);
   -- holds that were not there (no `used`) are keys this call created.
   redis.call('ZADD', KEYS[8], deadline, holder)
-  extend_holds(deadline, not h[8])
+  extend_holds(deadline, not h[8], lease_text)
 elseif deadline then
-  set_deadline(holder, deadline)
+  set_deadline(holder, deadline, lease_text)
 end
 -- Nobody was queued (walk): the member has no entry to leave.
 if not unqueued and leave_queue(member) then

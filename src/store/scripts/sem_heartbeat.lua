@@ -33,10 +33,12 @@ if not session then
   redis.call('HSET', KEYS[7], 'l|' .. holder, lease)
   local deadline = now + tonumber(lease)
   local cap = session_end(KEYS[7], holder)
+  local ttl = lease
   if cap then
     deadline = math.max(math.min(deadline, cap), now + 1)
+    ttl = nil
   end
-  set_deadline(holder, deadline)
+  set_deadline(holder, deadline, ttl)
 elseif newer(KEYS[7], holder, version) then
   local left = tonumber(lease) - now
   if left <= 0 then
