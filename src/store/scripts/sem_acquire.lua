@@ -94,8 +94,8 @@ if overtakes then
   overtaken()
 end
 -- The hold is written back in one HSET, with the reclaim floor. A first
--- grant's count, permits and lease are written as the text they came as
--- (time_text in holds.lua).
+-- grant's count and permits and a lease that is not a session's are
+-- written as the text they came as (time_text in holds.lua).
 local grants = tonumber(h[4] or '0') + 1
 local first = grants == 1
 local held = tonumber(h[5] or '0') + need
@@ -112,7 +112,7 @@ if session == '' or renewed then
 end
 local attempts = h[7] and (h[7] .. ' ' .. id) or id
 local lease_text = session == '' and ARGV[6] or lease
-local fields = {'c|' .. holder, first and '1' or grants, 'p|' .. holder, first and ARGV[5] or held,
+local fields = {'c|' .. holder, first and '1' or grants, 'p|' .. holder, h[5] and held or ARGV[5],
   't|' .. holder, token, 'l|' .. holder, lease_text, 'a|' .. id, ARGV[5],
   'as|' .. holder, attempts, 'used', tonumber(h[8] or '0') + need}
 owner_fields(fields, 'h|' .. holder, ARGV[10] or '', first and time_text(clock) or nil)
