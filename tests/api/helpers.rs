@@ -219,12 +219,27 @@ impl TestApp {
     }
 
     /// One sample of a Prometheus metric (the exact series, labels
-    /// included); 0 when the page has none.
+    /// included). A series the page does not have fails the test, so that
+    /// an assertion on a renamed or unregistered series cannot pass by
+    /// reading 0; [`Self::metric_or_zero`] is for a labelled series that
+    /// appears only once something counted in it.
     pub async fn metric(&self, series: &str) -> f64 {
+        self.sample(series)
+            .await
+            .unwrap_or_else(|| panic!("/metrics has no series {series}"))
+    }
+
+    /// [`Self::metric`], or 0 while the page has no such series yet (a
+    /// labelled counter nothing has counted in).
+    pub async fn metric_or_zero(&self, series: &str) -> f64 {
+        self.sample(series).await.unwrap_or(0.0)
+    }
+
+    async fn sample(&self, series: &str) -> Option<f64> {
         let text = self.metrics().await;
         text.lines()
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-            .map_or(0.0, |v| v.trim().parse().expect("a number"))
+            .map(|v| v.trim().parse().expect("a number"))
     }
 }
 

@@ -73,9 +73,10 @@ fn sse_wait(app: &TestApp, name: &str, wait_ms: u64) -> reqwest::RequestBuilder 
         .header("accept", "text/event-stream")
 }
 
-/// How many state reads of a latch this instance made.
+/// How many state reads of a latch this instance made (0 before its
+/// first: the series appears with it).
 async fn latch_reads(app: &TestApp) -> f64 {
-    app.metric("latchkey_script_duration_seconds_count{script=\"latch_state\"}")
+    app.metric_or_zero("latchkey_script_duration_seconds_count{script=\"latch_state\"}")
         .await
 }
 
