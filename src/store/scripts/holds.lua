@@ -74,12 +74,12 @@ local function label_to_write(owner, new)
   return nil
 end
 
--- Appends to `fields` (field, value, field, value, ... for one HSET) what
--- record_owner writes: the owner label `owner` ('' keeps the label there
--- is) and, for a hold granted now, its grant time `granted_at` (ms, as
--- time_text gives it; nil for a hold that is not new), under the fields
--- `o<suffix>` and `t<suffix>` (suffix '' or '|<holder>'). A script that writes the hold's
--- other fields anyway writes these in the same HSET.
+-- Appends to `fields` (field, value, field, value, ... for one HSET) the
+-- owner label `owner` ('' keeps the label there is) and, for a hold
+-- granted now, its grant time `granted_at` (ms, as time_text gives it;
+-- nil for a hold that is not new), under the fields `o<suffix>` and
+-- `t<suffix>` (suffix '' or '|<holder>'). A script that writes the
+-- hold's other fields anyway writes these in the same HSET.
 local function owner_fields(fields, suffix, owner, granted_at)
   if granted_at then
     fields[#fields + 1] = 't' .. suffix
@@ -92,14 +92,12 @@ local function owner_fields(fields, suffix, owner, granted_at)
   end
 end
 
--- Records the owner label `owner` ('' keeps the label there is) and, for
--- a hold granted now (`new`), the grant time, in `hash` (as owner_fields
--- says, without building the list: the plain lock's acquire is the
--- cheapest script there is).
+-- Records the owner label `owner` ('' keeps the label there is) of a hold
+-- granted now (`new`) or re-entered, in `hash`, as owner_fields says but
+-- without building a list: the plain lock's acquire is the cheapest
+-- script there is. A new hold's grant time (`t<suffix>`, time_text) is
+-- the caller's to write, in the HSET of the hold's fields.
 local function record_owner(hash, suffix, owner, new)
-  if new then
-    redis.call('HSET', hash, 't' .. suffix, time_text(redis.call('TIME')))
-  end
   local label = label_to_write(owner, new)
   if label then
     redis.call('HSET', hash, 'o' .. suffix, label)

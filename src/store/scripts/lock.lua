@@ -97,7 +97,7 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
     local token = redis.call('INCR', fence)
     -- (Text where there is the text: time_text in holds.lua.)
     redis.call('HSET', hash, 'holder', holder, 'count', '1', 'token', token,
-      'lease', lease, attempt, '1')
+      'lease', lease, attempt, '1', 't', time_text(redis.call('TIME')))
     redis.call('PEXPIRE', hash, lease)
     in_session(hash, session, version, ends)
     record_owner(hash, '', owner, true)

@@ -59,7 +59,7 @@ local h = redis.call('HMGET', KEYS[1], 'holder', 'token', 'attempt', 's', 'sv', 
 if not h[1] then
   local token = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', token, 'lease', lease,
-    'attempt', ARGV[3])
+    'attempt', ARGV[3], 't', time_text(redis.call('TIME')))
   redis.call('PEXPIRE', KEYS[1], lease)
   in_session()
   record_owner(KEYS[1], '', ARGV[6], true)
