@@ -837,14 +837,7 @@ async fn a_pair_that_nobody_waits_behind_asks_redis_only_what_it_changes() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     let mut conn = redis_conn(&redis).await;
-    let put = app
-        .client
-        .put(app.url("/semaphores/busy"))
-        .json(&serde_json::json!({"permits": 8}))
-        .send()
-        .await
-        .unwrap();
-    assert!(put.status().is_success(), "{}", put.status());
+    crate::semaphores::put(&app, "busy", 8).await;
     // The benchmark's shape: others hold permits of the same semaphore.
     for other in ["o1", "o2"] {
         let granted = app
@@ -979,14 +972,7 @@ async fn every_grant_time_is_redis_s_clock_in_ms() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     let mut conn = redis_conn(&redis).await;
-    let put = app
-        .client
-        .put(app.url("/semaphores/g"))
-        .json(&serde_json::json!({"permits": 4}))
-        .send()
-        .await
-        .unwrap();
-    assert!(put.status().is_success(), "{}", put.status());
+    crate::semaphores::put(&app, "g", 4).await;
     for (acquire, key, field) in [
         ("/locks/g/acquire", "latchkey:{g}:lock", "t"),
         ("/semaphores/g/acquire", "latchkey:{g}:sem:holds", "th|h"),
