@@ -219,9 +219,9 @@ impl Locks {
             .await
     }
 
-    /// [`Self::undo`] of a try of a request that still waits (`wait`, as
-    /// its tries send it): a fair waiter whose grant is given back keeps
-    /// its place (its ticket), as if the try had found the lock held.
+    /// [`Self::undo`] of a try of a long-poll that keeps a place (`wait`,
+    /// see [`super::Ticket::kept`]): a fair waiter whose grant is given back
+    /// keeps its place (its ticket), as if the try had found the lock held.
     pub async fn undo_waiting(
         &self,
         name: &str,

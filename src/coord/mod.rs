@@ -323,14 +323,20 @@ impl Layout {
     }
 
     /// An acquire's arguments: the common ones with its [`Wait`], then the
-    /// script's own.
+    /// script's own. The grace sent is what is left of it since the
+    /// request's wait ended (only an undo's wait may have ended: see
+    /// [`Wait::ended_ms_ago`]); a wait whose grace has passed sends no
+    /// place.
     pub fn acquire_args(&self, name: &str, holder: &str, wait: Wait, own: &[&str]) -> Vec<String> {
+        let grace = (self.queue_grace_ms).map(|g| g.saturating_sub(wait.ended_ms_ago));
+        let wait = match grace {
+            Some(0) => Wait::default(),
+            _ => wait,
+        };
         let mut args = vec![
             self.wake_channel(name),
             holder.to_string(),
-            self.queue_grace_ms
-                .map(|g| g.to_string())
-                .unwrap_or_default(),
+            grace.map(|g| g.to_string()).unwrap_or_default(),
             wait.arg(),
         ];
         args.extend(own.iter().map(|a| a.to_string()));
@@ -351,6 +357,11 @@ pub struct Wait {
     /// request was open, the try takes no place again, is granted nothing,
     /// and answers with no place, which ends the wait (see [`Ticket`]).
     pub ticket: u64,
+    /// An undo's: how long ago its request's wait ended (0 while it
+    /// waits). A long-poll that ended without a grant keeps its place for
+    /// the grace after its end, so the place an undo gives back lasts what
+    /// is left of the grace, and none once the grace has passed.
+    pub ended_ms_ago: u64,
 }
 
 impl Wait {
@@ -366,7 +377,11 @@ impl Wait {
 
 impl From<Option<u64>> for Wait {
     fn from(left_ms: Option<u64>) -> Self {
-        Wait { left_ms, ticket: 0 }
+        Wait {
+            left_ms,
+            ticket: 0,
+            ended_ms_ago: 0,
+        }
     }
 }
 
@@ -383,6 +398,22 @@ impl Ticket {
         Wait {
             left_ms,
             ticket: self.0.load(Ordering::Relaxed),
+            ended_ms_ago: 0,
+        }
+    }
+
+    /// The [`Wait`] an undo of one of the request's tries sends, now: the
+    /// time left until `deadline` (`None`: a try, which has no place), or
+    /// how long ago it passed. A long-poll keeps its place after its wait
+    /// ended as long as the grace lasts, even when the try given back was
+    /// its last look at the deadline, cut short by a stalled Redis and
+    /// answered "not acquired".
+    pub fn kept(&self, deadline: Option<tokio::time::Instant>) -> Wait {
+        let now = tokio::time::Instant::now();
+        let ended = deadline.map_or(0, |d| now.saturating_duration_since(d).as_millis());
+        Wait {
+            ended_ms_ago: u64::try_from(ended).unwrap_or(u64::MAX),
+            ..self.wait(deadline.map(|d| d.saturating_duration_since(now).as_millis() as u64))
         }
     }
 
@@ -416,8 +447,9 @@ impl Layout {
     /// Runs an undo script (`scripts/lock_undo.lua`, `scripts/rw_undo.lua`)
     /// for `attempt`: gives back exactly what it granted, if anything (true
     /// then), and leaves a marker so that a late copy grants nothing. `wait`
-    /// is the attempt's request's, while it still waits (see
-    /// `restore_place` in `scripts/queue.lua`), else the default.
+    /// is the attempt's long-poll's ([`Ticket::kept`]: its place is given
+    /// back while the long-poll keeps one; see `restore_place` in
+    /// `scripts/queue.lua`), else the default.
     pub async fn undo(
         &self,
         script: &Script,

@@ -181,8 +181,8 @@ impl RwLocks {
     }
 
     /// Gives back exactly what `attempt` granted, if anything. `wait` is
-    /// the attempt's request's, as its tries send it: a waiter whose
-    /// request still waits keeps its place (the default for none).
+    /// the attempt's long-poll's ([`super::Ticket::kept`]): a waiter keeps
+    /// its place while its long-poll does (the default for none).
     pub async fn undo(
         &self,
         name: &str,

@@ -354,8 +354,8 @@ pub trait Object: Clone + Send + Sync + 'static {
         session: Option<SessionTerm<'_>>,
     ) -> impl Future<Output = Result<Attempt<Self::Grant>, StoreError>> + Send;
 
-    /// Gives back what `attempt` granted; `wait` is the request's while it
-    /// still waits (its place is kept).
+    /// Gives back what `attempt` granted; `wait` is the request's long-poll's
+    /// while it keeps a place ([`Ticket::kept`]: its place is given back).
     fn undo(
         &self,
         key: &str,
@@ -426,7 +426,7 @@ impl Object for Locks {
             .await
     }
 
-    /// A fair waiter whose request still waits keeps its place.
+    /// A fair waiter keeps its place while its long-poll does.
     async fn undo(
         &self,
         key: &str,
@@ -511,9 +511,10 @@ impl<O: Object> Acquisition for OneAcquisition<O> {
         self.try_in(attempt, self.lease_ms, None).await
     }
 
-    /// A queued waiter whose request still waits keeps its place.
+    /// A queued waiter keeps its place while its long-poll does: while it
+    /// waits, and for the grace after (see [`Ticket::kept`]).
     async fn undo(&self, attempt: &AttemptId) -> Result<bool, StoreError> {
-        let wait = (self.ticket).wait(Checked::wait_left_ms(self.deadline));
+        let wait = self.ticket.kept(self.deadline);
         (self.object)
             .undo(&self.name.key, &self.holder, attempt, wait)
             .await

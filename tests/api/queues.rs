@@ -646,3 +646,59 @@ async fn a_delete_during_the_holders_open_long_poll_leaves_no_place_behind() {
         "(primitive, C's status, body) after w left: {seen:#?}"
     );
 }
+
+/// A long-poll whose last look at its deadline is cut short — Redis
+/// stalls, so the look's outcome is unknown and its 409 says what the
+/// waiter knew — keeps its place for the grace like any other long-poll
+/// that ends without a grant. Here the stalled look reaches Redis once it
+/// runs again, after the holder's lease ended, and is granted; its
+/// give-back, sent after the deadline, must put the waiter back at its
+/// ticket, so that the waiter's next poll (sent during the stall, well
+/// within the grace) is granted before `b`, who came after it.
+#[tokio::test]
+async fn a_last_look_cut_short_by_a_stall_keeps_the_waiters_place() {
+    let redis = redis();
+    // Long enough for a's next poll to outlast the stall.
+    let config = Config {
+        redis_response_timeout_ms: 5000,
+        ..test_config(&redis)
+    };
+    let app = spawn_app(config).await;
+    let mut seen = Vec::new();
+    for (i, q) in QUEUED.iter().enumerate() {
+        let name = q.object(&app, "stalled-look", i).await;
+        let held = Instant::now();
+        q.hold(&app, &name, "h", 2500).await;
+        let first = app.spawn_post(
+            &q.path(&name, q.wait),
+            json!({"holder": "a", "wait_ms": 1500, "lease_ms": 30000}),
+        );
+        q.wait_for_waiters(&app, &name, 1).await;
+        let behind = app.spawn_post(
+            &q.path(&name, q.next),
+            json!({"holder": "b", "wait_ms": 5000, "lease_ms": 30000}),
+        );
+        q.wait_for_waiters(&app, &name, 2).await;
+        // Stalled from before a's deadline (about 1.5 s after it asked)
+        // until after h's lease ended (2.5 s after it was taken).
+        tokio::time::sleep(Duration::from_millis(1000).saturating_sub(held.elapsed())).await;
+        redis.pause();
+        let first = first.await.unwrap();
+        let first_status = first.status().as_u16();
+        let again = app.spawn_post(
+            &q.path(&name, q.wait),
+            json!({"holder": "a", "wait_ms": 4000, "lease_ms": 30000}),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(2800).saturating_sub(held.elapsed())).await;
+        redis.resume();
+        let again = again.await.unwrap().status().as_u16();
+        let behind = behind.await.unwrap().status().as_u16();
+        seen.push((q.label, first_status, again, behind));
+    }
+    assert!(
+        seen.iter()
+            .all(|&(_, first, again, behind)| (first, again, behind) == (409, 201, 409)),
+        "(primitive, a's first answer, a's next poll, b's long-poll): {seen:?}"
+    );
+}

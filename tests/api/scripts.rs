@@ -489,7 +489,7 @@ impl Queued {
     async fn all(redis: &latchkey::devredis::RedisServer) -> Vec<Queued> {
         let store = || store_on(latchkey::config::RedisMode::Standalone, vec![redis.url()]);
         let sem = Semaphores::new(store().await, 5000);
-        for round in 1..=2 {
+        for round in 0..4 {
             sem.set(&format!("q{round}"), 1).await.unwrap();
         }
         vec![
@@ -553,17 +553,49 @@ impl Queued {
 
 /// A waiter whose grant is given back (the try that granted it was cut
 /// short, by a Redis stall say, and its reply never reached the waiter)
-/// keeps its place while its request still waits: the undo puts it back at
-/// its ticket, so no one who came after it is granted first. An undo
-/// without a waiting request (a try's, or after its deadline) keeps no
-/// place. Fair locks, rwlocks and semaphores alike.
+/// keeps its place while its long-poll does: while it waits, and for the
+/// grace after its wait ended (a last look at the deadline cut short
+/// answers "not acquired", and such a long-poll keeps its place like any
+/// other). The undo puts it back at its ticket, so no one who came after it
+/// is granted first, until what is left of the grace. An undo of a try, or
+/// of a long-poll whose grace has passed, keeps no place. Fair locks,
+/// rwlocks and semaphores alike.
 #[tokio::test]
 async fn a_waiter_whose_grant_is_given_back_keeps_its_place() {
     let redis = redis();
+    let mut conn = redis_conn(&redis).await;
     let fresh = AttemptId::new;
     let try_only = Wait::default();
-    for queued in Queued::all(&redis).await {
-        for (round, waiting) in [(1, true), (2, false)] {
+    // What the undo sends, whether w keeps its place, and for how long
+    // (ms, as Redis's clock says; the grace is 5 s).
+    type Sent = fn(Wait) -> Wait;
+    let rounds: [(Sent, bool, Option<u64>); 4] = [
+        (|wait| wait, true, Some(5000)),
+        (|_| Wait::default(), false, None),
+        (
+            |wait| Wait {
+                left_ms: Some(0),
+                ended_ms_ago: 1500,
+                ..wait
+            },
+            true,
+            Some(3500),
+        ),
+        (
+            |wait| Wait {
+                left_ms: Some(0),
+                ended_ms_ago: 5000,
+                ..wait
+            },
+            false,
+            None,
+        ),
+    ];
+    for (base, queued) in ["fair", "rw", "sem"]
+        .into_iter()
+        .zip(Queued::all(&redis).await)
+    {
+        for (round, (sent, kept, lasts)) in rounds.iter().enumerate() {
             let name = format!("q{round}");
             assert!(queued.try_acquire(&name, "x", try_only, &fresh()).await.0);
             // w long-polls: blocked, it takes a place.
@@ -573,17 +605,34 @@ async fn a_waiter_whose_grant_is_given_back_keeps_its_place() {
             let wait = Wait {
                 left_ms: Some(9000),
                 ticket: ticket.expect("a long-poll behind a hold takes a place"),
+                ..Wait::default()
             };
             queued.release(&name, "x").await;
             // w's next try is granted, but its reply is lost: given back.
             let lost = fresh();
             assert!(queued.try_acquire(&name, "w", wait, &lost).await.0);
-            let sent = if waiting { wait } else { try_only };
-            assert!(queued.undo(&name, "w", &lost, sent).await);
+            assert!(queued.undo(&name, "w", &lost, sent(wait)).await);
+            if let Some(lasts) = lasts {
+                let time: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+                let now = time.0 * 1000 + time.1 / 1000;
+                let deadlines = format!("t:{{{name}}}:{base}:deadlines");
+                let member = match base {
+                    "fair" => "w".to_string(),
+                    "rw" => "w|w".to_string(),
+                    _ => "1|w".to_string(),
+                };
+                let until: Option<f64> = conn.zscore(&deadlines, &member).await.unwrap();
+                let until = until.unwrap_or_else(|| panic!("{base} round {round}: w has no place"));
+                let left = until as u64 - now;
+                assert!(
+                    left <= *lasts && left + 500 > *lasts,
+                    "{base} round {round}: w's place lasts {left} ms, not {lasts}"
+                );
+            }
             // n arrives after w: a try.
             let (n, _) = queued.try_acquire(&name, "n", try_only, &fresh()).await;
-            assert_eq!(n, !waiting, "round {round}");
-            if waiting {
+            assert_eq!(n, !kept, "{base} round {round}");
+            if *kept {
                 let (again, _) = queued.try_acquire(&name, "w", wait, &fresh()).await;
                 assert!(again, "w keeps its place and goes");
             }
@@ -740,7 +789,7 @@ async fn lock_state_reports_the_hold_and_the_live_queue_places() {
     ));
     let waiting = Wait {
         left_ms: Some(100),
-        ticket: 0,
+        ..Wait::default()
     };
     match take("b", "", waiting).await {
         Attempt::Blocked(blocked) => {

@@ -44,7 +44,7 @@ local function on_grant(holder)
 end
 
 -- The holder's only hold was given back (undo) and the lock is free: a
--- waiter whose request still waits keeps its place (restore_place).
+-- waiter keeps its place while its long-poll does (restore_place).
 local function on_undone(holder)
   restore_place(holder)
 end

@@ -7,8 +7,10 @@
 -- KEYS[3]  marker {prefix}{name}:lock:undone:<attempt id>
 -- ARGV[1]  wake channel
 -- ARGV[2]  holder id
--- ARGV[4]  fair locks: the wait of the attempt's request, as its tries
---          send it, while it still waits ('' otherwise): a waiter whose
+-- ARGV[3]  fair locks: what is left of the queue grace for the waiter's
+--          place (restore_place in queue.lua)
+-- ARGV[4]  fair locks: the wait of the attempt's long-poll, as its tries
+--          send it, while it keeps a place ('' otherwise): a waiter whose
 --          grant is given back keeps its place (restore_place in queue.lua)
 -- ARGV[5]  attempt id
 -- ARGV[6]  marker lifetime in milliseconds

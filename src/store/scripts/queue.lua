@@ -14,6 +14,8 @@
 -- All three expire with the last deadline.
 -- ARGV[1]  wake channel
 -- ARGV[3]  queue grace in ms: how long an entry outlives its last poll
+--          (an undo's: what is left of it for the place it gives back, see
+--          restore_place)
 -- ARGV[4]  time the request may still wait, in ms ('' where none). An
 --          acquire gets '' when it is a try (`wait_ms` 0): a try takes no
 --          place (see waiting); a long-poll's try at its deadline gets '0'
@@ -155,17 +157,22 @@ local function enter(member)
 end
 
 -- A member's grant was given back (an undo: the try that granted it was
--- cut short, its reply lost) while its request still waited when the undo
--- was sent: ARGV[4] is what its tries send, the wait left (above 0) and
--- its ticket. The grant took its entry; it gets it back at that ticket, so
--- that whoever came after it stays behind it. The entry lasts the grace
--- from now: a request that still waits polls again sooner (the head is
--- woken), and one whose client went away leaves nothing queued beyond the
--- grace. Not when it left by a DELETE meanwhile (its mark) or has an entry
--- again. The ticket counter is kept from falling behind it (it went with
--- the queue's last entry), so that later arrivals queue behind it.
+-- cut short, its reply lost) by a long-poll that had a place: ARGV[4] is
+-- what its tries send, the wait left and its ticket. The wait left may be
+-- 0: a long-poll's last look at its deadline cut short (Redis stalled)
+-- answers "not acquired", and such a long-poll keeps its place for the
+-- grace like any other, even when the look ran late and granted. The
+-- grant took its entry; it gets it back at that ticket, so that whoever
+-- came after it stays behind it. The entry lasts ARGV[3] from now: the
+-- grace while the request still waits (it polls again sooner: the head is
+-- woken; one whose client went away leaves nothing queued beyond the
+-- grace), and what is left of the grace after its wait ended once it has
+-- (the service sends no place once none is left). Not when it left by a
+-- DELETE meanwhile (its mark) or has an entry again. The ticket counter is
+-- kept from falling behind it (it went with the queue's last entry), so
+-- that later arrivals queue behind it.
 local function restore_place(member)
-  if not SENT_TICKET or (tonumber(WAIT_LEFT) or 0) <= 0 then
+  if not SENT_TICKET or not tonumber(WAIT_LEFT) then
     return
   end
   if redis.call('ZSCORE', KEYS[4], member) or redis.call('ZSCORE', KEYS[5], '!' .. SENT_TICKET) then

@@ -2,8 +2,10 @@
 -- (its client is gone, or was told the attempt failed).
 -- Runs after queue.lua and rw.lua (keys and common arguments there).
 --
--- ARGV[4]  the wait of the attempt's request, as its tries send it, while
---          it still waits ('' otherwise): a waiter whose grant is given
+-- ARGV[3]  what is left of the queue grace for the waiter's place
+--          (restore_place in queue.lua)
+-- ARGV[4]  the wait of the attempt's long-poll, as its tries send it, while
+--          it keeps a place ('' otherwise): a waiter whose grant is given
 --          back keeps its place (restore_place in queue.lua)
 -- ARGV[5]  attempt id
 -- ARGV[6]  lifetime of the marker (KEYS[3]) in milliseconds
@@ -38,7 +40,7 @@ if count > 1 then
   redis.call('HSET', KEYS[1], count_field, count - 1)
   return 1
 end
--- A waiter whose request still waits keeps its place (queue.lua).
+-- A waiter keeps its place while its long-poll does (queue.lua).
 restore_place(mode .. '|' .. holder)
 hold_ended(mode, holder)
 return 1

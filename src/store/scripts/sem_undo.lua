@@ -3,8 +3,10 @@
 -- holder's other permits.
 -- Runs after queue.lua and sem.lua (keys and common arguments there).
 --
--- ARGV[4]  the wait of the attempt's request, as its tries send it, while
---          it still waits ('' otherwise): a waiter whose grant is given
+-- ARGV[3]  what is left of the queue grace for the waiter's place
+--          (restore_place in queue.lua)
+-- ARGV[4]  the wait of the attempt's long-poll, as its tries send it, while
+--          it keeps a place ('' otherwise): a waiter whose grant is given
 --          back keeps its place (restore_place in queue.lua)
 -- ARGV[5]  attempt id
 -- ARGV[6]  lifetime of the marker (KEYS[3]) in milliseconds
@@ -36,7 +38,7 @@ else
   redis.call('HSET', KEYS[7], 'as|' .. holder, table.concat(others, ' '))
   redis.call('HDEL', KEYS[7], 'a|' .. id)
 end
--- A waiter whose request still waits keeps its place (queue.lua).
+-- A waiter keeps its place while its long-poll does (queue.lua).
 restore_place(given .. '|' .. holder)
 expire_holds()
 wake()
