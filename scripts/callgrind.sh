@@ -3,7 +3,8 @@
 # "Ablations (what paid, what did not)" (docs/src/benchmark.md), rounds 2
 # and 3): the release service under
 # `valgrind --tool=callgrind`, against a private redis-server, answering
-# sequential acquire+release pairs of one lock and `GET /healthz` requests
+# sequential acquire+release pairs of one lock (or another primitive:
+# CALLGRIND_KIND below) and `GET /healthz` requests
 # over one keep-alive connection. Three runs: 200 pairs + 200 /healthz,
 # 1 200 pairs + 200 /healthz, 200 pairs + 1 200 /healthz; the differences
 # ÷ 1 000 are the instructions per pair and per /healthz with start-up and
@@ -14,6 +15,9 @@
 #   CALLGRIND_ALLOCS=1 scripts/callgrind.sh  # also heap blocks per request (dhat)
 #   CALLGRIND_KEEP=DIR scripts/callgrind.sh  # keep the callgrind.out files
 #                                            # (for callgrind_annotate) in DIR
+#   CALLGRIND_KIND=semaphore scripts/callgrind.sh  # pairs of another
+#       primitive: lock (the default), semaphore (one permit of 64) or
+#       read (a read lock)
 #
 # Instructions do not depend on the machine's load, so this is the
 # comparison of two builds that a shared, noisy machine cannot swamp. The
@@ -27,6 +31,14 @@ binary=$(realpath "${1:-target/release/latchkey}")
 level=${LATCHKEY_LOG:-info}
 few=200
 many=1200
+kind=${CALLGRIND_KIND:-lock}
+case "$kind" in
+lock | semaphore | read) ;;
+*)
+    echo "CALLGRIND_KIND must be lock, semaphore or read, not $kind" >&2
+    exit 2
+    ;;
+esac
 # valgrind and redis-server, $work, the run's PIDs and free_port.
 source scripts/callgrind-common.sh
 
@@ -39,12 +51,14 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
 redis_pid=$!
 until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
 
-# Sends `pairs` acquire+release pairs of one lock, then `gets` GET /healthz,
-# over one keep-alive connection; every answer is checked.
+# Sends `pairs` acquire+release pairs of one object of $kind (a semaphore
+# is made first, in every run, so it cancels out), then `gets`
+# GET /healthz, over one keep-alive connection; every answer is checked.
 drive() {
-    python3 - "$1" "$2" "$3" <<'EOF'
+    python3 - "$1" "$2" "$3" "$kind" <<'EOF'
 import http.client, socket, sys, time
 port, pairs, gets = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+kind = sys.argv[4]
 deadline = time.time() + 120
 while True:  # a bare connect (no request) until the service listens
     try:
@@ -62,9 +76,17 @@ def ask(method, path, body, want):
     text = response.read()
     if response.status != want:
         sys.exit(f"{method} {path}: {response.status} {text!r}")
+base = {
+    "lock": "/locks/callgrind",
+    "semaphore": "/semaphores/callgrind",
+    "read": "/rwlocks/callgrind",
+}[kind]
+acquire = base + ("/read/acquire" if kind == "read" else "/acquire")
+if kind == "semaphore":
+    ask("PUT", base, b'{"permits":64}', 200)
 for _ in range(pairs):
-    ask("POST", "/locks/callgrind/acquire", b'{"holder":"callgrind-1"}', 201)
-    ask("DELETE", "/locks/callgrind/holders/callgrind-1", None, 200)
+    ask("POST", acquire, b'{"holder":"callgrind-1"}', 201)
+    ask("DELETE", base + "/holders/callgrind-1", None, 200)
 for _ in range(gets):
     ask("GET", "/healthz", None, 200)
 conn.close()
@@ -109,7 +131,7 @@ pairs=$(instructions pairs $many $few)
 gets=$(instructions gets $few $many)
 echo "binary: $binary"
 echo "LATCHKEY_LOG=$level"
-echo "instructions per lock pair: $(per "$base" "$pairs")"
+echo "instructions per $kind pair: $(per "$base" "$pairs")"
 echo "instructions per GET /healthz: $(per "$base" "$gets")"
 if [ -n "${CALLGRIND_KEEP:-}" ]; then
     mkdir -p "$CALLGRIND_KEEP"
@@ -120,6 +142,6 @@ if [ -n "${CALLGRIND_ALLOCS:-}" ]; then
     base=$(blocks base-heap $few $few)
     pairs=$(blocks pairs-heap $many $few)
     gets=$(blocks gets-heap $few $many)
-    echo "heap blocks allocated per lock pair: $(per "$base" "$pairs")"
+    echo "heap blocks allocated per $kind pair: $(per "$base" "$pairs")"
     echo "heap blocks allocated per GET /healthz: $(per "$base" "$gets")"
 fi
