@@ -33,12 +33,6 @@
 -- is in one session or none, and only that session renews or releases it
 -- on the session's behalf.
 
--- Redis's clock in ms.
-local function clock_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Sets the hold to end `lease` ms from now; when it now ends earlier than
 -- it did, its waiters are told (on_shortened), so they look again by then.
 local function set_lease(hash, channel, lease)
@@ -85,7 +79,7 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
   end
   local ends = lease
   if session ~= '' then
-    lease = math.max(tonumber(ends) - clock_ms(), 1)
+    lease = math.max(tonumber(ends) - holds_now(), 1)
   end
   local attempt = 'a:' .. id
   local h = redis.call('HMGET', hash, 'holder', 'count', 'token', 'lease', attempt, 's', 'sv', 'o')
@@ -205,7 +199,7 @@ local function renew(hash, channel, holder, lease, session, version)
   local reply = {1, tonumber(h[3]), tonumber(h[2])}
   if session then
     if newer(h[6], version) then
-      local left = tonumber(lease) - clock_ms()
+      local left = tonumber(lease) - holds_now()
       if left <= 0 then
         redis.call('DEL', hash)
         on_free(channel)
@@ -225,7 +219,7 @@ local function renew(hash, channel, holder, lease, session, version)
   end
   lease = tonumber(lease)
   if h[7] then
-    lease = math.max(math.min(lease, tonumber(h[7]) - clock_ms()), 1)
+    lease = math.max(math.min(lease, tonumber(h[7]) - holds_now()), 1)
   end
   set_lease(hash, channel, lease)
   reply[4] = lease
