@@ -613,8 +613,7 @@ async fn a_waiter_whose_grant_is_given_back_keeps_its_place() {
             assert!(queued.try_acquire(&name, "w", wait, &lost).await.0);
             assert!(queued.undo(&name, "w", &lost, sent(wait)).await);
             if let Some(lasts) = lasts {
-                let time: (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
-                let now = time.0 * 1000 + time.1 / 1000;
+                let now = redis_ms(&mut conn).await;
                 let deadlines = format!("t:{{{name}}}:{base}:deadlines");
                 let member = match base {
                     "fair" => "w".to_string(),
