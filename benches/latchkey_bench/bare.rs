@@ -10,8 +10,8 @@
 //! and freed by `GET /handoff/release`, which wakes exactly one waiter.
 //!
 //! Given a Redis URL after [`MARKER`], it also serves the **stack floor**
-//! ([`stack`]): plain-lock acquire and release routes that make one EVALSHA
-//! of latchkey's own lock scripts each through redis-rs, and nothing else
+//! ([`stack`]): plain-lock acquire and release routes that make one script call
+//! (`FCALL`, as the service makes it) of latchkey's own lock scripts each through redis-rs, and nothing else
 //! of latchkey. The gap between latchkey's pairs and these is latchkey's
 //! own code; the gap between these and the scripts called straight on
 //! Redis is what axum and redis-rs cost.

@@ -1,11 +1,13 @@
 //! The floors: acquire+release pairs done by Lua scripts called straight on
-//! Redis (EVALSHA on ONE multiplexed connection shared by all workers, so
-//! their commands pipeline on it), with no HTTP front-end in between.
+//! Redis (on ONE multiplexed connection shared by all workers, so their
+//! commands pipeline on it), with no HTTP front-end in between.
 //!
 //! - [`Floor::Own`]: latchkey's own scripts of a primitive
 //!   (`latchkey::store::scripts`), with the keys and arguments the service
 //!   passes them (`src/coord/{locks,rwlocks,semaphores}.rs` and the
-//!   headers of `src/store/scripts/*.lua`), under a key prefix of our own;
+//!   headers of `src/store/scripts/*.lua`), under a key prefix of our own,
+//!   called as the service calls them: `FCALL` of their function
+//!   libraries;
 //! - [`Floor::Redisson`]: what a Java Redisson user runs — a reentrant lock
 //!   (RLock) and a semaphore of expiring permits
 //!   (RPermitExpirableSemaphore), written here in the same style.
@@ -275,12 +277,15 @@ impl Floor {
     }
 
     /// The (acquire, release) scripts.
-    fn scripts(self) -> [redis::Script; 2] {
+    fn scripts(self) -> [Callable; 2] {
         let own = |a: &latchkey::store::scripts::Script, r: &latchkey::store::scripts::Script| {
-            [
-                a.redis(Publish::Classic).clone(),
-                r.redis(Publish::Classic).clone(),
-            ]
+            [a, r].map(|s| {
+                let library = s.library(Publish::Classic);
+                Callable::Function {
+                    name: library.name.clone(),
+                    code: library.code.clone(),
+                }
+            })
         };
         match self {
             Floor::Own(Primitive::Lock) => own(&LOCK_ACQUIRE, &LOCK_RELEASE),
@@ -288,12 +293,12 @@ impl Floor {
             Floor::Own(Primitive::ReadLock) => own(&RW_ACQUIRE, &RW_RELEASE),
             Floor::Own(Primitive::Semaphore) => own(&SEM_ACQUIRE, &SEM_RELEASE),
             Floor::Redisson(Redisson::Lock) => [
-                redis::Script::new(REDISSON_LOCK_ACQUIRE),
-                redis::Script::new(REDISSON_LOCK_RELEASE),
+                Callable::Script(redis::Script::new(REDISSON_LOCK_ACQUIRE)),
+                Callable::Script(redis::Script::new(REDISSON_LOCK_RELEASE)),
             ],
             Floor::Redisson(Redisson::Semaphore) => [
-                redis::Script::new(REDISSON_SEM_ACQUIRE),
-                redis::Script::new(REDISSON_SEM_RELEASE),
+                Callable::Script(redis::Script::new(REDISSON_SEM_ACQUIRE)),
+                Callable::Script(redis::Script::new(REDISSON_SEM_RELEASE)),
             ],
         }
     }
@@ -496,11 +501,19 @@ pub fn token(reply: &Value) -> Option<u64> {
     }
 }
 
+/// A script the way a floor calls it: by `EVALSHA` (a Redisson-style
+/// script, as a Redisson client sends it) or by `FCALL` of its function
+/// library (latchkey's own, as the service calls them).
+pub enum Callable {
+    Script(redis::Script),
+    Function { name: String, code: String },
+}
+
 /// A floor's two scripts, ready to call.
 #[derive(Clone)]
 pub struct Scripts {
     floor: Floor,
-    scripts: Arc<[redis::Script; 2]>,
+    scripts: Arc<[Callable; 2]>,
 }
 
 impl Scripts {
@@ -512,12 +525,30 @@ impl Scripts {
     }
 
     async fn invoke(&self, conn: &mut MultiplexedConnection, call: Call) -> Result<Value, String> {
-        let mut invocation = self.scripts[call.script].prepare_invoke();
-        invocation.key(call.keys).arg(call.args);
-        invocation
-            .invoke_async(conn)
-            .await
-            .map_err(|e| format!("{}: {e}", self.floor.name()))
+        let failed = |e: redis::RedisError| format!("{}: {e}", self.floor.name());
+        let (name, code) = match &self.scripts[call.script] {
+            Callable::Script(script) => {
+                let mut invocation = script.prepare_invoke();
+                invocation.key(call.keys).arg(call.args);
+                return invocation.invoke_async(conn).await.map_err(failed);
+            }
+            Callable::Function { name, code } => (name, code),
+        };
+        let mut fcall = redis::cmd("FCALL");
+        fcall
+            .arg(name)
+            .arg(call.keys.len())
+            .arg(call.keys)
+            .arg(call.args);
+        match fcall.query_async(conn).await {
+            Err(e) if e.detail().is_some_and(|d| d.contains("Function not found")) => {
+                let mut load = redis::cmd("FUNCTION");
+                load.arg("LOAD").arg("REPLACE").arg(code);
+                load.query_async::<Value>(conn).await.map_err(failed)?;
+                fcall.query_async(conn).await.map_err(failed)
+            }
+            other => other.map_err(failed),
+        }
     }
 
     /// One acquire (attempt `attempt`); returns the reply: a grant, or

@@ -83,13 +83,13 @@ fn throughput_goals(r: &throughput::Row) -> Vec<Goal> {
     ));
     // Three more (no goal of their own): how much of the gap to Redisson
     // is latchkey's code, and what the stack under it (axum and redis-rs,
-    // one EVALSHA per request) leaves for any code on top, with the
+    // one script call per request) leaves for any code on top, with the
     // lock's own scripts and with Redisson's.
     goals.push(pairs(
         r,
         format!(
             "plain-lock acquire+release pairs/s, c={C} ÷ the same pairs on bare axum + \
-             redis-rs (one EVALSHA of the lock's own scripts per request, nothing else)"
+             redis-rs (one call of the lock's own scripts per request, nothing else)"
         ),
         plain,
         STACK,
@@ -127,7 +127,7 @@ fn throughput_goals(r: &throughput::Row) -> Vec<Goal> {
     }));
     goals.extend(others.map(|p| Goal {
         measure: format!(
-            "Redis µs per EVALSHA, {}'s own scripts ÷ the plain lock's, called directly, c={C}",
+            "Redis µs per script call, {}'s own scripts ÷ the plain lock's, called directly, c={C}",
             p.name()
         ),
         latchkey: r.of(own(p)).redis_us,

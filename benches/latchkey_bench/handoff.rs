@@ -306,7 +306,7 @@ async fn run(
     shared.stop.cancel();
     join_all(&mut tasks, DRAIN_DEADLINE, errors).await;
     spawned?;
-    let (commands, evalsha) = (admin.total_commands().await?, admin.evalsha().await?);
+    let (commands, evalsha) = (admin.total_commands().await?, admin.scripts().await?);
     let timeouts = shared.timeouts.load(Ordering::Relaxed);
     if timeouts > 0 {
         errors.push(match kind {

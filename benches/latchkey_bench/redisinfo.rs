@@ -12,7 +12,8 @@ pub struct Redis {
     conn: MultiplexedConnection,
 }
 
-/// The EVALSHA line of `INFO commandstats`.
+/// The script calls of `INFO commandstats`: its `FCALL` and `EVALSHA`
+/// lines together.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EvalStats {
     pub calls: u64,
@@ -70,27 +71,30 @@ impl Redis {
             .map_err(|e| format!("total_commands_processed {value:?}: {e}"))
     }
 
-    /// EVALSHA calls and CPU time per call since the last reset (zero when
-    /// there was none).
-    pub async fn evalsha(&self) -> Result<EvalStats, String> {
+    /// Script calls (`FCALL` and `EVALSHA`) and Redis's CPU time per call
+    /// since the last reset (zero when there was none).
+    pub async fn scripts(&self) -> Result<EvalStats, String> {
         let text = self.info("commandstats").await?;
-        let Some(fields) = text
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
-        else {
-            return Ok(EvalStats::default());
-        };
-        // calls=12,usec=34,usec_per_call=2.83,rejected_calls=0,failed_calls=0
-        let get = |name: &str| {
-            fields
-                .split(',')
-                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .ok_or_else(|| format!("cannot parse cmdstat_evalsha {fields:?}"))
-        };
+        let (mut calls, mut usec) = (0.0, 0.0);
+        for command in ["fcall", "evalsha"] {
+            let prefix = format!("cmdstat_{command}:");
+            let Some(fields) = text.lines().find_map(|line| line.strip_prefix(&prefix)) else {
+                continue;
+            };
+            // calls=12,usec=34,usec_per_call=2.83,rejected_calls=0,failed_calls=0
+            let get = |name: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .ok_or_else(|| format!("cannot parse {prefix} {fields:?}"))
+            };
+            calls += get("calls")?;
+            usec += get("usec")?;
+        }
         Ok(EvalStats {
-            calls: get("calls")? as u64,
-            usec_per_call: get("usec_per_call")?,
+            calls: calls as u64,
+            usec_per_call: if calls > 0.0 { usec / calls } else { 0.0 },
         })
     }
 }

@@ -72,7 +72,7 @@ fn throughput_rows(rows: &[throughput::Row]) {
             row(
                 &format!(
                     "acquire+release pairs/s, c={} vs bare axum + redis-rs (direct: the same \
-                     pairs on the bare server, one EVALSHA of {scripts} scripts per request; \
+                     pairs on the bare server, one call of {scripts} scripts per request; \
                      bare: pairs of GETs)",
                     r.c
                 ),
@@ -149,7 +149,7 @@ fn throughput_rows(rows: &[throughput::Row]) {
                 p => format!(", {}", p.name()),
             };
             row(
-                &format!("Redis µs per EVALSHA (usec_per_call){what}, c={}", r.c),
+                &format!("Redis µs per script call (usec_per_call){what}, c={}", r.c),
                 r.of(Kind::Http(p)).redis_us,
                 r.of(own(p)).redis_us,
                 NONE,
@@ -398,7 +398,7 @@ fn primitive_footnotes(rows: &[throughput::Row]) {
             .collect();
         println!(
             "- {what} ÷ plain-lock pairs (each worker on its own lock): {}; ÷ its own \
-             floor: {}; its floor ÷ the plain lock's: {}; Redis µs per EVALSHA behind them: \
+             floor: {}; its floor ÷ the plain lock's: {}; Redis µs per script call behind them: \
              {} (÷ the plain lock's: {}); called directly: {} (÷ the plain lock's scripts: \
              {}){}.",
             each_c(rows, |r| r.per_s(http) / r.per_s(plain)),
@@ -421,7 +421,7 @@ fn redisson_footnote(rows: &[throughput::Row]) {
     println!(
         "- Redisson-style floors (EVALSHA pipelined on one connection, as a Redisson client \
          sends them; the scripts are in benches/latchkey_bench/floors.rs): RLock pairs ÷ \
-         latchkey's own lock scripts: {}; Redis µs per EVALSHA: {}; permit-expirable \
+         latchkey's own lock scripts (FCALL): {}; Redis µs per EVALSHA: {}; permit-expirable \
          semaphore pairs (one semaphore of {} permits, one permit each) ÷ latchkey's own \
          semaphore scripts: {}; Redis µs per EVALSHA: {}.",
         each_c(rows, |r| r.per_s(lock) / r.per_s(own(Primitive::Lock))),
@@ -487,7 +487,7 @@ fn footnotes(report: &Report) {
         };
         println!(
             "- {}, {} waiters: {} handoffs per run; p99 from release *sent* {} ms \
-             (upper bound); EVALSHA per handoff {}; the releaser re-won {}% ({rewon}); \
+             (upper bound); script calls per handoff {}; the releaser re-won {}% ({rewon}); \
              {} grant(s) per run arrived before the release reply (counted 0 ms).",
             handoff_label(r.kind),
             r.waiters,

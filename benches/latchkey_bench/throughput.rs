@@ -17,7 +17,8 @@
 //!   one semaphore's keys. It runs at every concurrency like the others;
 //!   the figure it is meant for is c = 64;
 //! - **floors** ([`floors`]): each primitive's own two Lua scripts, and
-//!   Redisson-style lock and semaphore scripts, EVALSHA on one multiplexed
+//!   Redisson-style lock and semaphore scripts (`FCALL` of latchkey's
+//!   function libraries, `EVALSHA` of Redisson's), on one multiplexed
 //!   redis connection shared by all workers (their commands pipeline on
 //!   it) — what no HTTP front-end can beat, and what a Java Redisson user
 //!   runs;
@@ -25,14 +26,14 @@
 //!   `GET /healthz` on latchkey — the HTTP ceiling, and latchkey's own
 //!   routing and layers without Redis;
 //! - **stack**: the plain-lock pair on the bare axum server's stack floor
-//!   ([`crate::bare`]): one EVALSHA of the lock's own scripts (or of the
+//!   ([`crate::bare`]): one call of the lock's own scripts (or of the
 //!   Redisson-style RLock scripts) per request through redis-rs, and
 //!   nothing else — what axum and redis-rs cost together, without
 //!   latchkey's code.
 //!
 //! The kinds' rounds are interleaved ([`Kind::all`] in order, round after
 //! round) and each figure is the median over rounds, so all columns of a
-//! row see the same noise. Redis's CPU per EVALSHA is read after every
+//! row see the same noise. Redis's CPU per script call is read after every
 //! round (`CONFIG RESETSTAT` before it).
 //!
 //! [`floors`]: crate::floors
@@ -292,7 +293,7 @@ pub struct Figures {
     /// p50 µs of the acquire (or the GET) and of the release (NaN for a
     /// GET).
     pub step_p50_us: [f64; 2],
-    /// Redis CPU µs per EVALSHA (NaN where there was none).
+    /// Redis CPU µs per script call (NaN where there was none).
     pub redis_us: f64,
     /// Busy % of each of [`Watch::labels`].
     pub busy: Vec<f64>,
@@ -485,12 +486,12 @@ impl Targets {
     }
 
     /// Runs `round` between a stats reset and a read of Redis's CPU time
-    /// per EVALSHA (NaN when there was no EVALSHA, or the read failed:
+    /// per script call (NaN when there was none, or the read failed:
     /// then the error is kept).
     pub async fn with_redis_cpu(&self, round: impl Future<Output = Round>) -> (Round, f64) {
         let reset = self.admin.reset_stats().await;
         let mut round = round.await;
-        match reset.and(self.admin.evalsha().await) {
+        match reset.and(self.admin.scripts().await) {
             Ok(stats) if stats.calls == 0 => (round, f64::NAN),
             Ok(stats) => (round, stats.usec_per_call),
             Err(e) => {

@@ -1,6 +1,6 @@
 //! The handoff floor: the plain-lock handoff of [`crate::handoff`] done
 //! straight on Redis, as a Redisson client does it. W waiter tasks fight
-//! over one lock with latchkey's own plain-lock scripts (EVALSHA on one
+//! over one lock with latchkey's own plain-lock scripts (`FCALL` on one
 //! multiplexed connection shared by all of them); ONE pub/sub connection
 //! subscribes to the lock's wake channel, and each message (the release
 //! script publishes one when the lock becomes free) wakes exactly one

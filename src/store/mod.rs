@@ -27,6 +27,7 @@ pub mod scripts;
 pub mod tls;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -36,7 +37,7 @@ use crate::config::{Config, ConfigError, RedisMode};
 use crate::metrics::Metrics;
 use backend::{Backend, Conn};
 use connector::Connector;
-pub use scripts::{Publish, Script};
+pub use scripts::{Library, Publish, Script};
 use tls::RedisTls;
 
 /// Why a Redis call failed, as the HTTP layer needs to know it. Every
@@ -266,6 +267,10 @@ struct Inner {
     wait_timeout_ms: u64,
     /// Redis Cluster: keys of different names may live on different nodes.
     cluster: bool,
+    /// Whether calls go to the scripts' function libraries (`FCALL`);
+    /// false once Redis refused functions (no `FUNCTION` command, or a
+    /// user that may not use it): then every call is an `EVALSHA`.
+    functions: AtomicBool,
 }
 
 /// How a call may be repeated when its connection fails under it.
@@ -292,7 +297,7 @@ impl Store {
     /// Prepares the connections and tries to load every script. Redis
     /// being down at start is not fatal: requests answer 503 and `/readyz`
     /// says not ready until it comes back; scripts are then loaded on first
-    /// use (NOSCRIPT).
+    /// use (a missing function, or NOSCRIPT).
     pub async fn open(cfg: &StoreConfig, metrics: Metrics) -> Result<Store, String> {
         let (backend, connector) = backend::open(&backend::Target {
             mode: cfg.mode,
@@ -314,6 +319,7 @@ impl Store {
                 response_timeout: cfg.response_timeout,
                 wait_timeout_ms: (cfg.response_timeout.as_millis() as u64 / 2).max(1),
                 cluster: cfg.mode == RedisMode::Cluster,
+                functions: AtomicBool::new(true),
             }),
         };
         if let Err(e) = store.load_scripts().await {
@@ -485,8 +491,9 @@ impl Store {
         }
     }
 
-    /// Runs one read-only script by EVALSHA (loading it on NOSCRIPT) and
-    /// decodes its reply. Repeated once on a fresh connection if the one it
+    /// Runs one read-only script (by `FCALL` of its function, else by
+    /// `EVALSHA`, loading either when Redis lacks it) and decodes its
+    /// reply. Repeated once on a fresh connection if the one it
     /// used turns out to be dead.
     pub async fn run<T: FromRedisValue>(
         &self,
@@ -589,23 +596,123 @@ impl Store {
         args: &[impl AsRef<str> + Sync],
     ) -> Result<Value, redis::RedisError> {
         let started = Instant::now();
-        let redis_script = script.redis(self.publish());
-        // The EVALSHA that redis-rs's `ScriptInvocation` sends, byte for
-        // byte, written straight into one command buffer: the invocation
-        // copies every key and argument into a `Vec` of its own first.
+        let mut result = None;
+        if self.inner.functions.load(Ordering::Relaxed) {
+            result = self
+                .call_function(conn, script, keys, args)
+                .await
+                .transpose();
+        }
+        let result = match result {
+            Some(result) => result,
+            None => self.call_script(conn, script, keys, args).await,
+        };
+        self.inner
+            .metrics
+            .script_duration
+            .with_label_values(&[script.name()])
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// The command that calls `script` by `command` (`FCALL` or `EVALSHA`)
+    /// and `name` (the function's, or the script's SHA-1), written straight
+    /// into one command buffer.
+    fn script_command(
+        command: &str,
+        name: &str,
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
+    ) -> redis::Cmd {
         let len = keys.iter().map(|k| k.as_ref().len()).sum::<usize>()
             + args.iter().map(|a| a.as_ref().len()).sum::<usize>();
-        let mut evalsha = redis::Cmd::with_capacity(3 + keys.len() + args.len(), 64 + len);
-        evalsha
-            .arg("EVALSHA")
-            .arg(redis_script.get_hash())
-            .arg(keys.len());
+        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), 64 + len);
+        cmd.arg(command).arg(name).arg(keys.len());
         for key in keys {
-            evalsha.arg(key.as_ref());
+            cmd.arg(key.as_ref());
         }
         for arg in args {
-            evalsha.arg(arg.as_ref());
+            cmd.arg(arg.as_ref());
         }
+        cmd
+    }
+
+    /// Calls `script`'s function (`FCALL`), loading its library when Redis
+    /// lacks it (a restart without persistence, `FUNCTION FLUSH`, a
+    /// failover to a node that never had it, a newer instance's clean-up).
+    /// `Ok(None)`: Redis did not run it, and will not run functions for
+    /// this call (it refused the library, or lost it again at once): the
+    /// caller runs the script instead.
+    async fn call_function(
+        &self,
+        conn: &mut Conn,
+        script: &Script,
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
+    ) -> Result<Option<Value>, redis::RedisError> {
+        let library = script.library(self.publish());
+        let fcall = Self::script_command("FCALL", &library.name, keys, args);
+        match fcall.query_async(conn).await {
+            Err(e) if function_missing(&e) => {}
+            Err(e) if functions_refused(&e) => {
+                self.without_functions(&e);
+                return Ok(None);
+            }
+            other => return other.map(Some),
+        }
+        if let Err(e) = Self::load_library(conn, library).await {
+            // Not loaded (Redis out of memory refuses `FUNCTION LOAD`, a
+            // user that may not load it, a Cluster node that did not
+            // answer): the function never ran, so the script may. On a
+            // connection that died, it fails as the function would have.
+            if functions_refused(&e) {
+                self.without_functions(&e);
+            }
+            return Ok(None);
+        }
+        match fcall.query_async(conn).await {
+            Err(e) if function_missing(&e) => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// `FUNCTION LOAD REPLACE` of `library` (on a Cluster, redis-rs sends
+    /// it to every master). `REPLACE`: two instances may load the same
+    /// library at once, and a name stands for one code.
+    async fn load_library(conn: &mut Conn, library: &Library) -> Result<(), redis::RedisError> {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(&library.code);
+        load.query_async::<Value>(conn).await.map(drop)
+    }
+
+    /// Stops calling functions: Redis has no `FUNCTION` command (before
+    /// Redis 7) or the user may not run `FCALL` or `FUNCTION LOAD`. Every
+    /// call is an `EVALSHA` from now on.
+    fn without_functions(&self, e: &redis::RedisError) {
+        if self.inner.functions.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                error = %e,
+                "Redis refuses function libraries (FCALL, FUNCTION LOAD): the scripts run by \
+                 EVALSHA instead, which costs Redis more per call. Allow +fcall +function|load \
+                 +function|list +function|delete for this user (Redis 7 or later)."
+            );
+        }
+    }
+
+    /// `script` by `EVALSHA`, loading it into Redis's script cache on
+    /// NOSCRIPT.
+    async fn call_script(
+        &self,
+        conn: &mut Conn,
+        script: &Script,
+        keys: &[impl AsRef<str> + Sync],
+        args: &[impl AsRef<str> + Sync],
+    ) -> Result<Value, redis::RedisError> {
+        let redis_script = script.redis(self.publish());
+        // The EVALSHA that redis-rs's `ScriptInvocation` sends, byte for
+        // byte: the invocation copies every key and argument into a `Vec`
+        // of its own first.
+        let evalsha = Self::script_command("EVALSHA", redis_script.get_hash(), keys, args);
         let mut result = evalsha.query_async(conn).await;
         if let Err(e) = &result
             && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
@@ -617,21 +724,38 @@ impl Store {
                 Err(e) => Err(e),
             };
         }
-        self.inner
-            .metrics
-            .script_duration
-            .with_label_values(&[script.name()])
-            .observe(started.elapsed().as_secs_f64());
         result
     }
 
-    /// Loads every script into Redis's script cache.
+    /// Loads every script into Redis: as function libraries where Redis
+    /// allows them (and deletes the libraries of other versions, see
+    /// [`Store::prune_libraries`]), else into its script cache.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        self.load_scripts_by(self.deadline()).await
+        // Builds every script and library first: the budget is Redis's.
+        std::sync::LazyLock::force(&scripts::ALL);
+        let deadline = self.deadline();
+        self.load_scripts_by(deadline).await?;
+        if self.inner.functions.load(Ordering::Relaxed) {
+            self.prune_libraries(deadline).await;
+        }
+        Ok(())
     }
 
     async fn load_scripts_by(&self, deadline: Instant) -> Result<(), StoreError> {
         let mut conn = self.conn(deadline, false, None).await?;
+        if self.inner.functions.load(Ordering::Relaxed) {
+            match Self::by(deadline, self.load_libraries(&mut conn)).await {
+                Ok(()) => return Ok(()),
+                Err(e) if functions_refused(&e) => self.without_functions(&e),
+                // Redis out of memory refuses `FUNCTION LOAD`, not
+                // `SCRIPT LOAD`: calls whose library is missing run the
+                // scripts meanwhile, so those are what must be loaded.
+                Err(e) if e.code().is_some() => {
+                    tracing::debug!(error = %e, "could not load the function libraries")
+                }
+                Err(e) => return Err(self.fail(&mut conn, e)),
+            }
+        }
         for script in scripts::ALL.iter() {
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(script.source(self.publish()));
@@ -641,18 +765,91 @@ impl Store {
         Ok(())
     }
 
-    /// Readiness: Redis answers and every script is in its cache (a Redis
-    /// restart empties the cache; this reloads it).
-    pub async fn check_ready(&self) -> Result<(), StoreError> {
-        let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("EXISTS");
+    /// Loads the libraries Redis lacks (by `FUNCTION LIST`; on a Cluster
+    /// that is one node's list, and a call that finds its function
+    /// missing on another node loads it there).
+    async fn load_libraries(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
+        let present = Self::library_names(conn).await?;
         for script in scripts::ALL.iter() {
-            cmd.arg(script.redis(self.publish()).get_hash());
+            let library = script.library(self.publish());
+            if !present.contains(&library.name) {
+                Self::load_library(conn, library).await?;
+            }
         }
+        Ok(())
+    }
+
+    /// The names of the libraries in Redis whose names start like this
+    /// service's ([`scripts::library::PREFIX`]).
+    async fn library_names(
+        conn: &mut Conn,
+    ) -> Result<std::collections::HashSet<String>, redis::RedisError> {
+        let mut list = redis::cmd("FUNCTION");
+        // A glob pattern.
+        list.arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(format!("{}*", scripts::library::PREFIX));
+        let reply: Value = list.query_async(conn).await?;
+        Ok(library_names_of(&reply))
+    }
+
+    /// Deletes the libraries of this service's other versions: each
+    /// version's are named by their code, and Redis keeps them (persisted
+    /// and replicated) until deleted. An instance of another version that
+    /// still runs loads its own again on its next call (one
+    /// `FUNCTION LOAD` per script); a failure here only leaves them.
+    async fn prune_libraries(&self, deadline: Instant) {
+        let Ok(mut conn) = self.conn(deadline, false, None).await else {
+            return;
+        };
+        let ours: std::collections::HashSet<&str> = scripts::ALL
+            .iter()
+            .map(|s| s.library(self.publish()).name.as_str())
+            .collect();
+        let present = match Self::by(deadline, Self::library_names(&mut conn)).await {
+            Ok(present) => present,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not list Redis function libraries");
+                return;
+            }
+        };
+        for name in present.iter().filter(|n| !ours.contains(n.as_str())) {
+            let mut delete = redis::cmd("FUNCTION");
+            delete.arg("DELETE").arg(name);
+            if let Err(e) = Self::by(deadline, delete.query_async::<Value>(&mut conn)).await {
+                tracing::debug!(error = %e, library = %name, "could not delete an old function library");
+            }
+        }
+    }
+
+    /// Readiness: Redis answers and every script is loaded (as a library,
+    /// or in the script cache); a Redis restart empties both, and this
+    /// loads them again.
+    pub async fn check_ready(&self) -> Result<(), StoreError> {
         // One budget for the check and the reload.
         let deadline = self.deadline();
-        let present: Vec<i64> = self.raw_by(deadline, &cmd).await?;
-        if present.contains(&0) {
+        let present = if self.inner.functions.load(Ordering::Relaxed) {
+            let mut conn = self.conn(deadline, false, None).await?;
+            match Self::by(deadline, Self::library_names(&mut conn)).await {
+                Ok(names) => scripts::ALL
+                    .iter()
+                    .all(|s| names.contains(&s.library(self.publish()).name)),
+                Err(e) if functions_refused(&e) => {
+                    self.without_functions(&e);
+                    false
+                }
+                Err(e) => return Err(self.fail(&mut conn, e)),
+            }
+        } else {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("EXISTS");
+            for script in scripts::ALL.iter() {
+                cmd.arg(script.redis(self.publish()).get_hash());
+            }
+            let present: Vec<i64> = self.raw_by(deadline, &cmd).await?;
+            !present.contains(&0)
+        };
+        if !present {
             self.load_scripts_by(deadline).await?;
         }
         Ok(())
@@ -699,6 +896,52 @@ impl Store {
             .map_err(|e| self.fail(&mut conn, e))?;
         T::from_redis_value(value).map_err(|e| StoreError::Unexpected(e.to_string()))
     }
+}
+
+/// Redis answered `FCALL` that it has no such function.
+fn function_missing(e: &redis::RedisError) -> bool {
+    e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("Function not found"))
+}
+
+/// Redis refuses functions themselves: it has no `FUNCTION` or `FCALL`
+/// (before Redis 7), or the user may not run them (ACL). A script that
+/// runs a command the user may not run is refused by that command's name,
+/// which is neither.
+fn functions_refused(e: &redis::RedisError) -> bool {
+    let detail = e.detail().unwrap_or_default().to_ascii_lowercase();
+    let names_functions = detail.contains("'fcall'") || detail.contains("'function");
+    match e.code() {
+        Some("NOPERM") => names_functions,
+        Some("ERR") => detail.contains("unknown command") && names_functions,
+        _ => false,
+    }
+}
+
+/// The library names in a `FUNCTION LIST` reply: a list of libraries,
+/// each a map (RESP3) or a flat list of pairs (RESP2) with `library_name`.
+fn library_names_of(reply: &Value) -> std::collections::HashSet<String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let Value::Array(libraries) = reply else {
+        return Default::default();
+    };
+    libraries
+        .iter()
+        .filter_map(|library| match library {
+            Value::Array(pairs) => pairs
+                .chunks(2)
+                .find(|p| text(&p[0]).as_deref() == Some("library_name"))
+                .and_then(|p| p.get(1).and_then(text)),
+            Value::Map(pairs) => pairs
+                .iter()
+                .find(|(k, _)| text(k).as_deref() == Some("library_name"))
+                .and_then(|(_, v)| text(v)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Reads an unsigned integer out of a script reply element, which Redis

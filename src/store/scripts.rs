@@ -1,9 +1,11 @@
 //! The Lua scripts, built from the files under `scripts/` at build time.
 //!
 //! Each script is one atomic state change (or one consistent read). They
-//! are loaded into Redis at start and invoked by EVALSHA; the store
-//! reloads a script and retries when Redis answers NOSCRIPT (after a
-//! restart or `SCRIPT FLUSH`), as redis-rs's own invocation does.
+//! are loaded into Redis at start, as function libraries called by
+//! `FCALL` ([`library`]) where Redis allows functions, else into its
+//! script cache and invoked by `EVALSHA`; the store loads one again and
+//! retries when Redis lacks it (after a restart without persistence,
+//! `FUNCTION FLUSH` or `SCRIPT FLUSH`).
 //!
 //! The files never name the publishing command: they call
 //! `redis.call(PUBLISH, channel, message)`, and each script is built twice,
@@ -15,10 +17,18 @@
 //!
 //! What Redis runs leaves out the shared functions the script never calls
 //! ([`unused`]): Lua defines every top-level function on every call.
+//!
+//! Each script is also a Redis function library ([`library`]), which
+//! defines its functions once, when it is loaded: where Redis allows
+//! functions (Redis 7, and a user that may `FCALL` and `FUNCTION LOAD`),
+//! the store calls the library's function instead of the script.
 
 use std::sync::LazyLock;
 
+pub mod library;
 mod unused;
+
+pub use library::Library;
 
 /// Which publishing command a script's `PUBLISH` stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,10 +61,11 @@ pub struct Script {
 struct Variant {
     source: String,
     script: redis::Script,
+    library: Library,
 }
 
 impl Variant {
-    fn new(publish: Publish, body: &str) -> Self {
+    fn new(publish: Publish, body: &str, flags: &[&str]) -> Self {
         let source = format!(
             "{}{}",
             publish.prelude(),
@@ -62,18 +73,53 @@ impl Variant {
         );
         Variant {
             script: redis::Script::new(&source),
+            library: library::library(&source, flags),
             source,
         }
     }
 }
 
+/// The scripts that may add to what Redis stores: a new hold, a queue
+/// entry, a limiter's state, an `Idempotency-Key`'s record, a fence.
+/// While Redis is out of memory (`maxmemory` under `noeviction`), Redis
+/// refuses their functions whole. Every other function is flagged
+/// `allow-oom`: a release, an undo, a heartbeat, a read or a delete still
+/// runs, as their scripts did (Redis refused a script at its first
+/// command that may add memory, and those scripts write none before
+/// they give something back).
+pub const MAY_GROW: &[&str] = &[
+    "lock_acquire",
+    "fair_acquire",
+    "multi_acquire",
+    "rw_acquire",
+    "sem_set",
+    "sem_acquire",
+    "redlock_acquire",
+    "redlock_fence",
+    "latch_set",
+    "latch_count_down",
+    "session_create",
+    "session_attach",
+    "rl_set",
+    "rl_acquire",
+    "rl_slot",
+    "rl_key_acquire",
+    "rl_key_slot",
+    "rl_multi",
+];
+
 impl Script {
     fn new(name: &'static str, body: &'static str) -> Self {
+        let flags: &[&str] = if MAY_GROW.contains(&name) {
+            &[]
+        } else {
+            &["allow-oom"]
+        };
         Script {
             name,
             body,
-            classic: Variant::new(Publish::Classic, body),
-            sharded: Variant::new(Publish::Sharded, body),
+            classic: Variant::new(Publish::Classic, body, flags),
+            sharded: Variant::new(Publish::Sharded, body, flags),
         }
     }
 
@@ -102,6 +148,11 @@ impl Script {
 
     pub fn redis(&self, publish: Publish) -> &redis::Script {
         &self.variant(publish).script
+    }
+
+    /// The script as a function library (`FUNCTION LOAD`, `FCALL`).
+    pub fn library(&self, publish: Publish) -> &Library {
+        &self.variant(publish).library
     }
 }
 

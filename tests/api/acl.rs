@@ -337,6 +337,53 @@ async fn an_acl_of_earlier_versions_without_subscribe_still_wakes_waiters() {
     );
 }
 
+/// The ACL of earlier versions allowed `EVALSHA` and `SCRIPT LOAD`, not
+/// functions. A deployment upgraded without changing its ACL still
+/// serves: the store runs the scripts by `EVALSHA`, after one refused
+/// `FUNCTION LIST` at start, and loads them again when Redis lost them
+/// (`SCRIPT FLUSH`).
+#[tokio::test]
+async fn an_acl_of_earlier_versions_without_functions_runs_the_scripts() {
+    let main = redis();
+    let earlier: Vec<String> = everywhere()
+        .into_iter()
+        .filter(|rule| rule != "+fcall" && !rule.starts_with("+function|"))
+        .collect();
+    assert!(earlier.len() < everywhere().len());
+    set_user(&main, &[earlier]).await;
+    let app = spawn_app(test_config_for(vec![as_user(&main.url())])).await;
+    let waiter = app
+        .held_with_waiter("earlier-scripts", ("a", 30000), ("b", 20000))
+        .await;
+    let flushed: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut redis_conn(&main).await)
+        .await
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    assert_eq!(app.release("earlier-scripts", "a").await.status(), 200);
+    assert_eq!(waiter.await.unwrap().status(), StatusCode::CREATED);
+    let granted = app
+        .must_acquire("earlier-scripts-2", json!({"holder": "c"}))
+        .await;
+    assert_eq!(granted["fencing_token"], 1, "{granted}");
+    let refused = refusals(&main).await;
+    assert!(!refused.is_empty());
+    assert!(
+        refused.iter().all(|r| r.starts_with("command function|")
+            || r == "command fcall by latchkey"
+            || r == "command config|get by latchkey"),
+        "{refused:?}"
+    );
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis_conn(&main).await)
+        .await
+        .unwrap();
+    assert!(info.contains("cmdstat_evalsha:"), "{info}");
+    assert!(!info.contains("cmdstat_fcall:calls="), "{info}");
+}
+
 /// A wrong password, or a user the Sentinels refuse, is refused while
 /// connecting: the 503 says so instead of "cannot be reached".
 #[tokio::test]

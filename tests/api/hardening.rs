@@ -413,26 +413,186 @@ async fn requests_after_a_redis_restart_do_not_meet_dead_connections() {
     }
 }
 
-/// Scripts missing from Redis's script cache (`SCRIPT FLUSH`, as after a
-/// restart or a failover to a node that never loaded them) are loaded
-/// again by the call that finds them missing: the acquire and the release
-/// still answer as usual.
-#[tokio::test]
-async fn calls_after_script_flush_load_the_scripts_again() {
-    let redis = redis();
-    let app = spawn_app(test_config(&redis)).await;
-    app.must_acquire("flushed", json!({"holder": "h"})).await;
-    let mut conn = redis_conn(&redis).await;
-    let flushed: String = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn)
+/// The function libraries on `redis` whose names start with `prefix`.
+async fn libraries(redis: &RedisServer, prefix: &str) -> Vec<String> {
+    let reply: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut redis_conn(redis).await)
         .await
         .unwrap();
-    assert_eq!(flushed, "OK");
+    let redis::Value::Array(libraries) = reply else {
+        panic!("FUNCTION LIST: {reply:?}");
+    };
+    libraries
+        .iter()
+        .map(|library| match library {
+            redis::Value::Array(pairs) => match &pairs[1] {
+                redis::Value::BulkString(name) => String::from_utf8(name.clone()).unwrap(),
+                other => panic!("library_name {other:?}"),
+            },
+            other => panic!("library {other:?}"),
+        })
+        .collect()
+}
+
+/// Calls of `command` on `redis` so far (`INFO commandstats`).
+async fn calls_of(redis: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis_conn(redis).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// The scripts run as Redis functions (`FCALL`), one library each, not by
+/// `EVALSHA`; libraries Redis lost (`FUNCTION FLUSH`, as after a restart
+/// without persistence or a failover to a node that never had them) are
+/// loaded again by the call that finds its function missing, and by
+/// `/readyz`.
+#[tokio::test]
+async fn calls_after_function_flush_load_the_libraries_again() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let every = latchkey::store::scripts::ALL.len();
+    assert_eq!(libraries(&redis, "latchkey_").await.len(), every);
+    // With every library there, /readyz loads none.
+    let loads = calls_of(&redis, "function|load").await;
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(calls_of(&redis, "function|load").await, loads);
+    app.must_acquire("flushed", json!({"holder": "h"})).await;
+    let flush = || async {
+        let flushed: String = redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async(&mut redis_conn(&redis).await)
+            .await
+            .unwrap();
+        assert_eq!(flushed, "OK");
+    };
+    flush().await;
     let release = app.release("flushed", "h").await;
     assert_eq!(release.status(), 200, "{:?}", release.text().await);
     let granted = app.must_acquire("flushed", json!({"holder": "h2"})).await;
     assert_eq!(granted["fencing_token"], 2, "{granted}");
+    assert!(calls_of(&redis, "fcall").await >= 4);
+    assert_eq!(calls_of(&redis, "evalsha").await, 0);
+    // /readyz loads what is missing: every library is back.
+    flush().await;
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(libraries(&redis, "latchkey_").await.len(), every);
+}
+
+/// Redis out of memory refuses `FUNCTION LOAD` (not `SCRIPT LOAD`): a
+/// Redis that lost the libraries (as a failover to a node that never had
+/// them) while it is full still serves a release, by the script, and
+/// `/readyz` still says ready.
+#[tokio::test]
+async fn a_full_redis_without_the_libraries_still_releases_by_the_scripts() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("full", json!({"holder": "h"})).await;
+    let flushed: String = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut redis_conn(&redis).await)
+        .await
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    refuse_writes(&redis).await;
+    let release = app.release("full", "h").await;
+    assert_eq!(release.status(), 200, "{:?}", release.text().await);
+    assert!(calls_of(&redis, "evalsha").await >= 1);
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_problem(
+        app.acquire("full", json!({"holder": "h2"})).await,
+        503,
+        "backend-unavailable",
+    )
+    .await;
+    assert!(libraries(&redis, "latchkey_").await.is_empty());
+}
+
+/// Redis keeps a library until it is deleted, so an instance deletes at
+/// start the libraries of other versions of latchkey (named like its
+/// own), and only those.
+#[tokio::test]
+async fn a_start_deletes_the_libraries_of_other_versions_only() {
+    let redis = redis();
+    let mut conn = redis_conn(&redis).await;
+    for name in [
+        "latchkey_0000000000000000000000000000000000000000",
+        "theirs",
+    ] {
+        let code = format!(
+            "#!lua name={name}\nredis.register_function('{name}', function() return 1 end)"
+        );
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(code)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _app = spawn_app(test_config(&redis)).await;
+    let ours = libraries(&redis, "latchkey_").await;
+    assert_eq!(ours.len(), latchkey::store::scripts::ALL.len(), "{ours:?}");
+    assert!(!ours.iter().any(|n| n.starts_with("latchkey_0000")));
+    assert_eq!(libraries(&redis, "theirs").await, ["theirs"]);
+}
+
+/// While Redis is out of memory (`maxmemory` under `noeviction`), what
+/// gives back still runs: a release answers 200 and frees the object,
+/// while an acquire answers 503. For each queued kind and the plain lock.
+#[tokio::test]
+async fn releases_run_while_redis_is_out_of_memory() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let configured = app
+        .client
+        .put(app.url("/semaphores/oom-sem"))
+        .json(&json!({"permits": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(configured.status(), 200);
+    let kinds = [
+        ("/locks/oom-lock/acquire", "/locks/oom-lock/holders/h"),
+        (
+            "/fair-locks/oom-fair/acquire",
+            "/fair-locks/oom-fair/holders/h",
+        ),
+        ("/rwlocks/oom-rw/read/acquire", "/rwlocks/oom-rw/holders/h"),
+        (
+            "/semaphores/oom-sem/acquire",
+            "/semaphores/oom-sem/holders/h",
+        ),
+    ];
+    for (acquire, _) in kinds {
+        let granted = app.post(acquire, json!({"holder": "h"})).await;
+        assert_eq!(granted.status(), 201, "{acquire}");
+    }
+    refuse_writes(&redis).await;
+    for (acquire, release) in kinds {
+        let released = app.client.delete(app.url(release)).send().await.unwrap();
+        assert_eq!(
+            released.status(),
+            200,
+            "{release}: {:?}",
+            released.text().await
+        );
+        assert_problem(
+            app.post(acquire, json!({"holder": "h2"})).await,
+            503,
+            "backend-unavailable",
+        )
+        .await;
+    }
 }
 
 /// The slack a request that never waits may take beyond the Redis

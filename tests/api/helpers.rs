@@ -704,6 +704,17 @@ pub async fn commands_called(
         .collect()
 }
 
+/// The scripts Redis ran since the last `CONFIG RESETSTAT`: `FCALL`s of
+/// their function libraries and `EVALSHA`s (where Redis refuses
+/// functions).
+pub async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let called = commands_called(conn).await;
+    ["fcall", "evalsha"]
+        .iter()
+        .filter_map(|c| called.get(*c))
+        .sum()
+}
+
 /// The calls of one Redis command since the last `CONFIG RESETSTAT`.
 pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
     (commands_called(conn).await)

@@ -869,7 +869,9 @@ async fn script_commands(
 ) -> std::collections::BTreeMap<String, u64> {
     let mut called = commands_called(conn).await;
     called.retain(|name, _| {
-        !(["evalsha", "eval", "info"].contains(&name.as_str()) || name.starts_with("config"))
+        !(["fcall", "evalsha", "eval", "info"].contains(&name.as_str())
+            || name.starts_with("config")
+            || name.starts_with("function"))
     });
     called
 }

@@ -215,3 +215,56 @@ async fn sentinel_mode_follows_a_failover_to_the_promoted_replica() {
         .await
         .unwrap();
 }
+
+/// On a Redis Cluster the libraries are loaded on every master (redis-rs
+/// sends `FUNCTION LOAD` to each), and a master that lost them
+/// (`FUNCTION FLUSH` everywhere, as after restarts without persistence)
+/// is given one again by the first call there that misses it, and all of
+/// them by `/readyz`.
+#[tokio::test]
+async fn a_cluster_gets_its_function_libraries_again_on_every_master() {
+    let cluster = RedisCluster::start(3).expect("cluster starts");
+    let app = spawn_app(Config {
+        redis_mode: RedisMode::Cluster,
+        ..test_config_for(cluster.urls())
+    })
+    .await;
+    let count = |node: &RedisServer| {
+        let url = node.url();
+        async move {
+            let client = redis::Client::open(url).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let reply: Vec<redis::Value> = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .arg("LIBRARYNAME")
+                .arg("latchkey_*")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            reply.len()
+        }
+    };
+    let every = latchkey::store::scripts::ALL.len();
+    for node in &cluster.nodes {
+        assert_eq!(count(node).await, every, "node :{}", node.port());
+        let client = redis::Client::open(node.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: String = redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    // Twelve names reach every master's slots.
+    for i in 0..12 {
+        let name = format!("fl-{i}");
+        let grant = app.must_acquire(&name, json!({"holder": "x"})).await;
+        assert_eq!(grant["fencing_token"], 1, "{name}");
+        assert_eq!(app.release(&name, "x").await.status(), 200, "{name}");
+    }
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    for node in &cluster.nodes {
+        assert_eq!(count(node).await, every, "node :{}", node.port());
+    }
+}

@@ -30,7 +30,7 @@ pub fn without_unused_functions(source: &str) -> String {
 
 /// A piece of a script: top-level code, or one top-level function.
 #[derive(Debug)]
-enum Piece<'a> {
+pub(super) enum Piece<'a> {
     Code(&'a str),
     Function { name: &'a str, text: &'a str },
 }
@@ -38,7 +38,7 @@ enum Piece<'a> {
 /// Splits a script into its pieces, line by line; None when a top-level
 /// function has no closing `end` line or a line of its body starts at
 /// column 0 (some layout this module does not know).
-fn split(source: &str) -> Option<Vec<Piece<'_>>> {
+pub(super) fn split(source: &str) -> Option<Vec<Piece<'_>>> {
     let mut pieces = Vec::new();
     let mut code_start = 0;
     let mut function: Option<(&str, usize)> = None;
@@ -123,7 +123,7 @@ fn join_reachable(pieces: &[Piece<'_>]) -> String {
 
 /// The names (identifiers and keywords) in Lua code, leaving out strings
 /// and comments.
-fn names(code: &str) -> impl Iterator<Item = &str> {
+pub(super) fn names(code: &str) -> impl Iterator<Item = &str> {
     let bytes = code.as_bytes();
     let mut i = 0;
     std::iter::from_fn(move || {
