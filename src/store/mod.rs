@@ -658,6 +658,12 @@ impl Store {
                 self.without_functions(&e);
                 return Ok(None);
             }
+            // Redis refuses a function that may write, whole, where it
+            // refuses writes; a script it stops only at its first write,
+            // so the script answers what writes nothing (a busy lock's
+            // 409, a retried request's recorded answer). Either way
+            // nothing was written, so the script may run.
+            Err(e) if refused_writes(&e) => return Ok(None),
             other => return other.map(Some),
         }
         if let Err(e) = Self::load_library(conn, library).await {
@@ -671,7 +677,7 @@ impl Store {
             return Ok(None);
         }
         match fcall.query_async(conn).await {
-            Err(e) if function_missing(&e) => Ok(None),
+            Err(e) if function_missing(&e) || refused_writes(&e) => Ok(None),
             other => other.map(Some),
         }
     }
@@ -901,6 +907,14 @@ impl Store {
 /// Redis answered `FCALL` that it has no such function.
 fn function_missing(e: &redis::RedisError) -> bool {
     e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("Function not found"))
+}
+
+/// Redis refuses writes: out of memory (`maxmemory` under
+/// `noeviction`), too few replicas (`min-replicas-to-write`), or a failed
+/// save (`stop-writes-on-bgsave-error`). A script or function meets it
+/// before its first write or never.
+fn refused_writes(e: &redis::RedisError) -> bool {
+    matches!(e.code(), Some("OOM" | "NOREPLICAS" | "MISCONF"))
 }
 
 /// Redis refuses functions themselves: it has no `FUNCTION` or `FCALL`

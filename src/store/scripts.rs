@@ -79,41 +79,51 @@ impl Variant {
     }
 }
 
-/// The scripts that may add to what Redis stores: a new hold, a queue
-/// entry, a limiter's state, an `Idempotency-Key`'s record, a fence.
-/// While Redis is out of memory (`maxmemory` under `noeviction`), Redis
-/// refuses their functions whole. Every other function is flagged
-/// `allow-oom`: a release, an undo, a heartbeat, a read or a delete still
-/// runs, as their scripts did (Redis refused a script at its first
-/// command that may add memory, and those scripts write none before
-/// they give something back).
-pub const MAY_GROW: &[&str] = &[
-    "lock_acquire",
-    "fair_acquire",
-    "multi_acquire",
-    "rw_acquire",
-    "sem_set",
-    "sem_acquire",
-    "redlock_acquire",
-    "redlock_fence",
-    "latch_set",
-    "latch_count_down",
-    "session_create",
-    "session_attach",
-    "rl_set",
-    "rl_acquire",
-    "rl_slot",
-    "rl_key_acquire",
-    "rl_key_slot",
-    "rl_multi",
+/// The commands a script may call and still be a read (Redis's
+/// `no-writes` flag for its function).
+const READS: &[&str] = &[
+    "EXISTS",
+    "GET",
+    "HEXISTS",
+    "HGET",
+    "HGETALL",
+    "HLEN",
+    "HMGET",
+    "PEXPIRETIME",
+    "PTTL",
+    "TIME",
+    "ZCARD",
+    "ZCOUNT",
+    "ZRANGE",
+    "ZRANGEBYSCORE",
+    "ZRANK",
+    "ZSCORE",
 ];
+
+/// Whether every `redis.call` in `source` (what Redis runs) names a
+/// command of [`READS`]: then the script only reads, and its function is
+/// flagged `no-writes`, which Redis runs where it refuses writes (out of
+/// memory, too few replicas, a failed save). Any other call, one whose
+/// command is not a literal, or a `PUBLISH`, makes it a write.
+pub fn only_reads(source: &str) -> bool {
+    source.split("redis.call(").skip(1).all(|call| {
+        let quoted = call
+            .strip_prefix('\'')
+            .and_then(|rest| rest.split_once('\''))
+            .map(|(command, _)| command);
+        quoted.is_some_and(|c| READS.contains(&c.to_ascii_uppercase().as_str()))
+    })
+}
 
 impl Script {
     fn new(name: &'static str, body: &'static str) -> Self {
-        let flags: &[&str] = if MAY_GROW.contains(&name) {
-            &[]
+        // Without a flag, Redis refuses a function whole where it refuses
+        // writes; the store then runs the script, which Redis stops only
+        // at its first write (see `Store::call_function`).
+        let flags: &[&str] = if only_reads(&unused::without_unused_functions(body)) {
+            &["no-writes"]
         } else {
-            &["allow-oom"]
+            &[]
         };
         Script {
             name,

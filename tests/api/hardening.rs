@@ -546,11 +546,14 @@ async fn a_start_deletes_the_libraries_of_other_versions_only() {
     assert_eq!(libraries(&redis, "theirs").await, ["theirs"]);
 }
 
-/// While Redis is out of memory (`maxmemory` under `noeviction`), what
-/// gives back still runs: a release answers 200 and frees the object,
-/// while an acquire answers 503. For each queued kind and the plain lock.
+/// While Redis is out of memory (`maxmemory` under `noeviction`), the
+/// answers are those of the scripts, which Redis stops only at their
+/// first command that may add memory: a release answers 200, an acquire
+/// of a held lock 409 (it writes nothing), a retried count-down with the
+/// same `Idempotency-Key` its recorded 200, and only what would add state
+/// 503. For each queued kind and the plain lock.
 #[tokio::test]
-async fn releases_run_while_redis_is_out_of_memory() {
+async fn answers_while_redis_is_out_of_memory_are_the_scripts() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     let configured = app
@@ -561,13 +564,31 @@ async fn releases_run_while_redis_is_out_of_memory() {
         .await
         .unwrap();
     assert_eq!(configured.status(), 200);
+    let latch = app
+        .client
+        .put(app.url("/latches/oom-latch"))
+        .json(&json!({"count": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(latch.status(), 201);
+    let count_down = || {
+        app.client
+            .post(app.url("/latches/oom-latch/count-down"))
+            .header("idempotency-key", "k1")
+            .json(&json!({}))
+            .send()
+    };
+    let counted = count_down().await.unwrap();
+    assert_eq!(counted.status(), 200);
+    let recorded: serde_json::Value = counted.json().await.unwrap();
     let kinds = [
         ("/locks/oom-lock/acquire", "/locks/oom-lock/holders/h"),
         (
             "/fair-locks/oom-fair/acquire",
             "/fair-locks/oom-fair/holders/h",
         ),
-        ("/rwlocks/oom-rw/read/acquire", "/rwlocks/oom-rw/holders/h"),
+        ("/rwlocks/oom-rw/write/acquire", "/rwlocks/oom-rw/holders/h"),
         (
             "/semaphores/oom-sem/acquire",
             "/semaphores/oom-sem/holders/h",
@@ -578,6 +599,16 @@ async fn releases_run_while_redis_is_out_of_memory() {
         assert_eq!(granted.status(), 201, "{acquire}");
     }
     refuse_writes(&redis).await;
+    for (acquire, _) in kinds {
+        let busy = app.post(acquire, json!({"holder": "h2"})).await;
+        assert_eq!(busy.status(), 409, "{acquire}: {:?}", busy.text().await);
+    }
+    let replayed = count_down().await.unwrap();
+    assert_eq!(replayed.status(), 200);
+    assert_eq!(
+        replayed.json::<serde_json::Value>().await.unwrap(),
+        recorded
+    );
     for (acquire, release) in kinds {
         let released = app.client.delete(app.url(release)).send().await.unwrap();
         assert_eq!(
@@ -593,6 +624,41 @@ async fn releases_run_while_redis_is_out_of_memory() {
         )
         .await;
     }
+}
+
+/// A Redis that refuses every write for want of replicas
+/// (`min-replicas-to-write` with none connected) still answers what only
+/// reads: an object's state (its script writes nothing), while an acquire
+/// answers 503.
+#[tokio::test]
+async fn reads_answer_while_redis_refuses_writes_for_want_of_replicas() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("read-only", json!({"holder": "h"})).await;
+    let latch = app
+        .client
+        .put(app.url("/latches/read-only"))
+        .json(&json!({"count": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(latch.status(), 201);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg("1")
+        .query_async(&mut redis_conn(&redis).await)
+        .await
+        .unwrap();
+    let state = app.state("read-only").await;
+    assert_eq!(state["locked"], true, "{state}");
+    assert_eq!(app.get_json("/latches/read-only").await["count"], 2);
+    assert_problem(
+        app.acquire("read-only-2", json!({"holder": "h"})).await,
+        503,
+        "backend-unavailable",
+    )
+    .await;
 }
 
 /// The slack a request that never waits may take beyond the Redis
@@ -790,9 +856,10 @@ async fn a_multi_locks_requests_on_a_cluster_answer_within_the_response_timeout(
 
 /// Requests sent while their Redis stalls midway: frozen (SIGSTOP) as the
 /// request starts, so its first call is queued, then a
-/// `CLIENT PAUSE 2000 WRITE` queued behind that call, then thawed half a
+/// `CLIENT PAUSE 2000` queued behind that call, then thawed half a
 /// response timeout later. At the thaw the first call answers, late, and
-/// every script after it stalls. Each request must answer 503
+/// every call after it stalls (reads too: a state's function only reads,
+/// and `CLIENT PAUSE WRITE` would let it through). Each request must answer 503
 /// `backend-unavailable` within one response timeout.
 struct MidwayStall<'a> {
     redis: &'a RedisServer,
@@ -837,7 +904,6 @@ impl<'a> MidwayStall<'a> {
             let paused = redis::cmd("CLIENT")
                 .arg("PAUSE")
                 .arg(2000)
-                .arg("WRITE")
                 .query::<()>(&mut conn);
             (conn, paused)
         });

@@ -54,7 +54,7 @@ pub struct Library {
 }
 
 /// The library of `source` (a script as `EVALSHA` would run it). `flags`
-/// are the function's flags (Redis's `allow-oom`, ...). Its name is
+/// are the function's flags (Redis's `no-writes`, ...). Its name is
 /// [`PREFIX`] and the SHA-1 of its code, so a library's name changes
 /// exactly when what it does does: instances of two versions each call
 /// their own during a rollout.
@@ -107,7 +107,7 @@ enum Item<'a> {
 fn rearranged(source: &str) -> Result<(String, String), String> {
     let pieces = split(source).ok_or("a layout not known")?;
     let mut used_by_functions: HashSet<&str> = HashSet::new();
-    let mut declared: HashSet<&str> = HashSet::from(["KEYS", "ARGV", "run"]);
+    let mut declared: HashSet<&str> = HashSet::from(["KEYS", "ARGV", "run", "keys", "args"]);
     for piece in &pieces {
         if let Piece::Function { name, text } = piece {
             if !declared.insert(name) {
@@ -274,7 +274,7 @@ local t = {
 }
 return {later(unused_by_functions), head(), t[1]}
 ";
-        let lib = library(script, &["allow-oom"]);
+        let lib = library(script, &["no-writes"]);
         assert!(lib.hoisted);
         assert!(lib.name.starts_with(PREFIX) && lib.name.len() == PREFIX.len() + 40);
         let (top, entry) = rearranged(script).unwrap();
@@ -288,7 +288,7 @@ return {later(unused_by_functions), head(), t[1]}
         );
         assert!(lib.code.starts_with(&format!("#!lua name={}\n", lib.name)));
         assert!(lib.code.ends_with(&format!(
-            "redis.register_function{{function_name = '{}', callback = run, flags = {{'allow-oom'}}}}\n",
+            "redis.register_function{{function_name = '{}', callback = run, flags = {{'no-writes'}}}}\n",
             lib.name
         )));
     }
@@ -317,12 +317,12 @@ return {later(unused_by_functions), head(), t[1]}
         let b = library("return 2\n", &[]);
         assert_ne!(a.name, b.name);
         assert_eq!(a.name, library("return 1\n", &[]).name);
-        assert_ne!(a.name, library("return 1\n", &["allow-oom"]).name);
+        assert_ne!(a.name, library("return 1\n", &["no-writes"]).name);
     }
 
     #[test]
     fn every_script_of_the_service_is_defined_once_and_named_apart() {
-        use crate::store::scripts::{ALL, MAY_GROW, Publish};
+        use crate::store::scripts::{ALL, Publish, only_reads};
         let mut names = HashSet::new();
         for script in ALL.iter() {
             for publish in [Publish::Classic, Publish::Sharded] {
@@ -330,16 +330,52 @@ return {later(unused_by_functions), head(), t[1]}
                 let why = rearranged(script.source(publish)).err();
                 assert!(lib.hoisted, "{} is kept whole: {why:?}", script.name());
                 assert!(names.insert(lib.name.clone()), "{}", script.name());
+                let reads = only_reads(script.source(publish));
                 assert_eq!(
-                    lib.code.contains("flags = {}"),
-                    MAY_GROW.contains(&script.name()),
+                    lib.code.contains("flags = {'no-writes'}"),
+                    reads,
+                    "{}",
+                    script.name()
+                );
+                assert!(
+                    reads || lib.code.contains("flags = {}"),
                     "{}",
                     script.name()
                 );
             }
         }
-        for name in MAY_GROW {
-            assert!(ALL.iter().any(|s| s.name() == *name), "{name} is no script");
-        }
+        // What only reads, among the scripts that show an object's state.
+        let reading: Vec<&str> = ALL
+            .iter()
+            .filter(|s| only_reads(s.source(Publish::Classic)))
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(
+            reading,
+            [
+                "lock_state",
+                "redlock_state",
+                "latch_state",
+                "session_state",
+                "rl_state",
+                "rl_key_state"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_script_reads_only_when_every_command_it_calls_reads() {
+        use crate::store::scripts::only_reads;
+        assert!(only_reads(
+            "local t = redis.call('TIME')\nreturn redis.call('HMGET', KEYS[1], 'a')"
+        ));
+        assert!(!only_reads(
+            "redis.call('GET', KEYS[1])\nredis.call('DEL', KEYS[1])"
+        ));
+        assert!(!only_reads("redis.call(PUBLISH, ARGV[1], 'x')"));
+        assert!(!only_reads(
+            "local c = 'GET'\nreturn redis.call(c, KEYS[1])"
+        ));
+        assert!(only_reads("return 1"));
     }
 }
