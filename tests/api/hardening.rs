@@ -413,42 +413,6 @@ async fn requests_after_a_redis_restart_do_not_meet_dead_connections() {
     }
 }
 
-/// The function libraries on `redis` whose names start with `prefix`.
-async fn libraries(redis: &RedisServer, prefix: &str) -> Vec<String> {
-    let reply: redis::Value = redis::cmd("FUNCTION")
-        .arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut redis_conn(redis).await)
-        .await
-        .unwrap();
-    let redis::Value::Array(libraries) = reply else {
-        panic!("FUNCTION LIST: {reply:?}");
-    };
-    libraries
-        .iter()
-        .map(|library| match library {
-            redis::Value::Array(pairs) => match &pairs[1] {
-                redis::Value::BulkString(name) => String::from_utf8(name.clone()).unwrap(),
-                other => panic!("library_name {other:?}"),
-            },
-            other => panic!("library {other:?}"),
-        })
-        .collect()
-}
-
-/// Calls of `command` on `redis` so far (`INFO commandstats`).
-async fn calls_of(redis: &RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut redis_conn(redis).await)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
 /// The scripts run as Redis functions (`FCALL`), one library each, not by
 /// `EVALSHA`; libraries Redis lost (`FUNCTION FLUSH`, as after a restart
 /// without persistence or a failover to a node that never had them) are
@@ -461,28 +425,26 @@ async fn calls_after_function_flush_load_the_libraries_again() {
     let every = latchkey::store::scripts::ALL.len();
     assert_eq!(libraries(&redis, "latchkey_").await.len(), every);
     // With every library there, /readyz loads none.
-    let loads = calls_of(&redis, "function|load").await;
+    let loads = command_calls(&mut redis_conn(&redis).await, "function|load").await;
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
-    assert_eq!(calls_of(&redis, "function|load").await, loads);
+    assert_eq!(
+        command_calls(&mut redis_conn(&redis).await, "function|load").await,
+        loads
+    );
     app.must_acquire("flushed", json!({"holder": "h"})).await;
-    let flush = || async {
-        let flushed: String = redis::cmd("FUNCTION")
-            .arg("FLUSH")
-            .query_async(&mut redis_conn(&redis).await)
-            .await
-            .unwrap();
-        assert_eq!(flushed, "OK");
-    };
-    flush().await;
+    flush_functions(&redis).await;
     let release = app.release("flushed", "h").await;
     assert_eq!(release.status(), 200, "{:?}", release.text().await);
     let granted = app.must_acquire("flushed", json!({"holder": "h2"})).await;
     assert_eq!(granted["fencing_token"], 2, "{granted}");
-    assert!(calls_of(&redis, "fcall").await >= 4);
-    assert_eq!(calls_of(&redis, "evalsha").await, 0);
+    assert!(command_calls(&mut redis_conn(&redis).await, "fcall").await >= 4);
+    assert_eq!(
+        command_calls(&mut redis_conn(&redis).await, "evalsha").await,
+        0
+    );
     // /readyz loads what is missing: every library is back.
-    flush().await;
+    flush_functions(&redis).await;
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
     assert_eq!(libraries(&redis, "latchkey_").await.len(), every);
@@ -497,16 +459,11 @@ async fn a_full_redis_without_the_libraries_still_releases_by_the_scripts() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
     app.must_acquire("full", json!({"holder": "h"})).await;
-    let flushed: String = redis::cmd("FUNCTION")
-        .arg("FLUSH")
-        .query_async(&mut redis_conn(&redis).await)
-        .await
-        .unwrap();
-    assert_eq!(flushed, "OK");
+    flush_functions(&redis).await;
     refuse_writes(&redis).await;
     let release = app.release("full", "h").await;
     assert_eq!(release.status(), 200, "{:?}", release.text().await);
-    assert!(calls_of(&redis, "evalsha").await >= 1);
+    assert!(command_calls(&mut redis_conn(&redis).await, "evalsha").await >= 1);
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
     assert_problem(

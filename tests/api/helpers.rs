@@ -704,6 +704,41 @@ pub async fn commands_called(
         .collect()
 }
 
+/// The function libraries on `redis` whose names start with `prefix`.
+pub async fn libraries(redis: &RedisServer, prefix: &str) -> Vec<String> {
+    let reply: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut redis_conn(redis).await)
+        .await
+        .unwrap();
+    let redis::Value::Array(libraries) = reply else {
+        panic!("FUNCTION LIST: {reply:?}");
+    };
+    libraries
+        .iter()
+        .map(|library| match library {
+            redis::Value::Array(pairs) => match &pairs[1] {
+                redis::Value::BulkString(name) => String::from_utf8(name.clone()).unwrap(),
+                other => panic!("library_name {other:?}"),
+            },
+            other => panic!("library {other:?}"),
+        })
+        .collect()
+}
+
+/// `FUNCTION FLUSH` on `redis`: it loses every function library, as after
+/// a restart without persistence.
+pub async fn flush_functions(redis: &RedisServer) {
+    let flushed: String = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut redis_conn(redis).await)
+        .await
+        .unwrap();
+    assert_eq!(flushed, "OK");
+}
+
 /// The scripts Redis ran since the last `CONFIG RESETSTAT`: `FCALL`s of
 /// their function libraries and `EVALSHA`s (where Redis refuses
 /// functions).

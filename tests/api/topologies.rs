@@ -229,31 +229,11 @@ async fn a_cluster_gets_its_function_libraries_again_on_every_master() {
         ..test_config_for(cluster.urls())
     })
     .await;
-    let count = |node: &RedisServer| {
-        let url = node.url();
-        async move {
-            let client = redis::Client::open(url).unwrap();
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            let reply: Vec<redis::Value> = redis::cmd("FUNCTION")
-                .arg("LIST")
-                .arg("LIBRARYNAME")
-                .arg("latchkey_*")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            reply.len()
-        }
-    };
     let every = latchkey::store::scripts::ALL.len();
     for node in &cluster.nodes {
-        assert_eq!(count(node).await, every, "node :{}", node.port());
-        let client = redis::Client::open(node.url()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let _: String = redis::cmd("FUNCTION")
-            .arg("FLUSH")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let present = libraries(node, "latchkey_").await;
+        assert_eq!(present.len(), every, "node :{}", node.port());
+        flush_functions(node).await;
     }
     // Twelve names reach every master's slots.
     for i in 0..12 {
@@ -265,6 +245,7 @@ async fn a_cluster_gets_its_function_libraries_again_on_every_master() {
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
     for node in &cluster.nodes {
-        assert_eq!(count(node).await, every, "node :{}", node.port());
+        let present = libraries(node, "latchkey_").await;
+        assert_eq!(present.len(), every, "node :{}", node.port());
     }
 }
