@@ -35,7 +35,7 @@ end
 -- Redis's clock in ms.
 local function holds_now()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 -- A reply of TIME ({seconds, microseconds}, both text) as ms, as text:
@@ -55,7 +55,7 @@ end
 -- re-entry keeps the label the hold has. Returns that label, or nil.
 local LENT = '\1'
 local function lent_owner(owner)
-  if owner and string.sub(owner, 1, 1) == LENT then
+  if owner and owner ~= '' and string.sub(owner, 1, 1) == LENT then
     return string.sub(owner, 2)
   end
   return nil

@@ -37,13 +37,14 @@ local FLOOR_PAGE = 8
 local FLOOR_PAGE_LAST = '7'
 
 -- The holders of `leases` whose lease ended (still in the zset), given
--- the floor `soonest` read from `hash` (false or nil: unknown). Sets
--- FLOOR, and writes it when the field was there (so is the hash then).
+-- the floor `soonest` read from `hash` (false or nil: unknown); nil when
+-- the floor is ahead (none can have ended: the common case, which makes
+-- no table). Sets FLOOR, and writes it when the field was there (so is
+-- the hash then).
 local function ended_leases(hash, leases, soonest)
-  local floor = tonumber(soonest)
-  if floor and floor > now then
-    FLOOR, FLOOR_TEXT = floor, soonest
-    return {}
+  if soonest and soonest + 0 > now then
+    FLOOR, FLOOR_TEXT = soonest + 0, soonest
+    return nil
   end
   local first = redis.call('ZRANGE', leases, '0', FLOOR_PAGE_LAST, 'WITHSCORES')
   local gone, next_end, next_text = {}, nil, nil

@@ -15,6 +15,9 @@
 
 -- Publishes the queue; with free, lets its head go.
 local function wake(free)
+  if queue_absent() then
+    return
+  end
   local members, tickets = first_entries()
   local limit = 0
   if free and tickets[1] then

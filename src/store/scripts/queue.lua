@@ -32,14 +32,16 @@
 -- over).
 --
 -- Every time here comes from Redis's clock (TIME), never a client's.
+-- (Arithmetic converts the reply's text once; `tonumber` would twice.
+-- The same holds for every number read as text below.)
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local SHOWN = 100
 
 -- ARGV[4] parsed once: the wait left ('' for none) and the ticket the
 -- request was given earlier (nil for none).
 local WAIT_LEFT, SENT_TICKET = ARGV[4] or '', nil
-do
+if WAIT_LEFT ~= '' then
   local left, ticket = string.match(WAIT_LEFT, '^(%d*)|(%d+)$')
   if left then
     WAIT_LEFT, SENT_TICKET = left, tonumber(ticket)

@@ -17,7 +17,9 @@ local function refresh(...)
   end
   refreshed = true
   local dropped = drop_expired(...)
-  if #prune() > 0 or dropped then
+  -- (Where nobody queues, prune has nothing to drop: no call, no table.)
+  local pruned = not queue_absent() and #prune() > 0
+  if pruned or dropped then
     expire_holds()
     wake()
     return true

@@ -142,12 +142,15 @@ local function drop_expired(wd, soonest)
     local f = redis.call('HMGET', KEYS[1], 'wd', 'soonest')
     wd, soonest = f[1], f[2]
   end
-  if wd and tonumber(wd) <= now then
+  if wd and wd + 0 <= now then
     drop_writer()
     dropped = true
   end
-  for _, holder in ipairs(ended_leases(KEYS[1], KEYS[7], soonest)) do
-    drop_reader(holder)
+  local gone = ended_leases(KEYS[1], KEYS[7], soonest)
+  if gone and gone[1] then
+    for _, holder in ipairs(gone) do
+      drop_reader(holder)
+    end
     dropped = true
   end
   return dropped
@@ -189,6 +192,9 @@ end
 -- it waits to read, every reader queued before the first writer (unless a
 -- writer holds the lock).
 local function wake()
+  if queue_absent() then
+    return
+  end
   local members, tickets = first_entries()
   local limit = 0
   if tickets[1] and not redis.call('HGET', KEYS[1], 'w') then

@@ -40,7 +40,7 @@
 if exists_besides_queue(KEYS[3]) then
   return {-1}
 end
-local holder, mode, lease, id = ARGV[2], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local holder, mode, lease, id = ARGV[2], ARGV[5], ARGV[6] + 0, ARGV[7]
 -- What the acquire reads of the hash, in one HMGET: whether the attempt
 -- made a hold already, the writer and its deadline, the holder's read
 -- holds and session, the tokens and write count a grant replies,
@@ -59,7 +59,7 @@ if refresh(h[2], h[10]) then
 end
 local member = mode .. '|' .. holder
 local writer = h[3]
-local reads = tonumber(h[4] or '0')
+local reads = (h[4] or 0) + 0
 -- How many hold the read lock (read before any write of this script).
 local function readers()
   return redis.call('ZCARD', KEYS[7])
@@ -120,32 +120,36 @@ local function take()
   else
     count_field, token_field, count, token = 'r|' .. holder, 'rt|' .. holder, h[4], h[8]
   end
-  count = tonumber(count or '0') + 1
+  count = (count or 0) + 1
   -- Everything the hold changes in the hash, in one HSET. A first hold's
   -- count and a lease that is not a session's are written as text
   -- (time_text in holds.lua).
   local count_text = count == 1 and '1' or count
   local lease_text = session == '' and ARGV[6] or lease
+  -- (The trailing nils make room for the fields added below, which the
+  -- list then grows into without being moved.)
   local fields = {count_field, count_text, 'a|' .. id, mode .. count_text,
-    index_key(mode, holder, count_text), id}
-  local function set(field, value)
-    fields[#fields + 1] = field
-    fields[#fields + 1] = value
-  end
+    index_key(mode, holder, count_text), id,
+    nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
   if count == 1 then
     token = redis.call('INCR', KEYS[2])
-    set(token_field, token)
+    fields[#fields + 1] = token_field
+    fields[#fields + 1] = token
   end
   local deadline = now + lease
   if not fresh then
     deadline = session_end(KEYS[1], holder)
   end
   if mode == 'w' then
-    set('w', holder)
-    set('wl', lease_text)
-    set('wd', deadline)
+    fields[#fields + 1] = 'w'
+    fields[#fields + 1] = holder
+    fields[#fields + 1] = 'wl'
+    fields[#fields + 1] = lease_text
+    fields[#fields + 1] = 'wd'
+    fields[#fields + 1] = deadline
   else
-    set('rl|' .. holder, lease_text)
+    fields[#fields + 1] = 'rl|' .. holder
+    fields[#fields + 1] = lease_text
     redis.call('ZADD', KEYS[7], deadline, holder)
   end
   local owner = ARGV[10] or ''
@@ -175,7 +179,7 @@ local function take()
   elseif mode == 'w' then
     expire_holds(deadline, NO_LEASE and 0 or nil, lease, lease_text)
   else
-    expire_holds(tonumber(h[2] or '0'), NO_LEASE and deadline or nil, lease, lease_text)
+    expire_holds((h[2] or 0) + 0, NO_LEASE and deadline or nil, lease, lease_text)
   end
   if not unqueued and leave_queue(member) then
     wake()

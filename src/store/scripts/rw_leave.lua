@@ -27,9 +27,11 @@ local gone
 -- With both modes to look for and nobody queued, nothing to leave: one
 -- call instead of one per mode.
 local queued = wanted ~= '' or (not queue_absent() and redis.call('ZCARD', KEYS[4]) > 0)
-for _, m in ipairs({'w', 'r'}) do
-  if queued and (wanted == '' or wanted == m) and leave_queue(m .. '|' .. quitter, true) then
-    gone = gone or m
+if queued then
+  for _, m in ipairs({'w', 'r'}) do
+    if (wanted == '' or wanted == m) and leave_queue(m .. '|' .. quitter, true) then
+      gone = gone or m
+    end
   end
 end
 if gone then

@@ -41,7 +41,7 @@ local count = h[4]
 if mode == 'w' then
   count = h[3]
 end
-count = tonumber(count or '0')
+count = (count or 0) + 0
 if count == 0 then
   return {-1}
 end
@@ -53,7 +53,7 @@ end
 -- is the only reader (the readers count its read hold) and nobody
 -- writes, or the writer and no reader, itself included.
 local alone = false
-if left == 0 and ((mode == 'r' and not writer) or (mode == 'w' and tonumber(h[4] or '0') == 0)) then
+if left == 0 and ((mode == 'r' and not writer) or (mode == 'w' and (h[4] or 0) + 0 == 0)) then
   alone = redis.call('ZCARD', KEYS[7]) == ((mode == 'r') and 1 or 0)
 end
 if alone then

@@ -40,11 +40,11 @@
 local OVERTAKES = 16
 
 local function configured_permits()
-  return tonumber(redis.call('HGET', KEYS[1], 'permits') or '0')
+  return (redis.call('HGET', KEYS[1], 'permits') or 0) + 0
 end
 
 local function used()
-  return tonumber(redis.call('HGET', KEYS[7], 'used') or '0')
+  return (redis.call('HGET', KEYS[7], 'used') or 0) + 0
 end
 
 local function available()
@@ -60,18 +60,24 @@ end
 -- `sessionless`: the caller read that it has none), given its permits and
 -- attempts `h` ({p|<h>, as|<h>}); returns the permits.
 local function drop_fields(holder, h, sessionless)
+  local ids = h[2] or ''
+  -- (One attempt, the common case: its field joins the table as it is
+  -- made, with no search of the text.)
+  local one = ids ~= '' and not string.find(ids, ' ', 1, true)
   local fields = {'p|' .. holder, 'c|' .. holder, 't|' .. holder, 'l|' .. holder, 'as|' .. holder,
-    'oh|' .. holder, 'th|' .. holder}
+    'oh|' .. holder, 'th|' .. holder, one and ('a|' .. ids) or nil}
   if not sessionless then
     for _, f in ipairs({session_fields(holder)}) do
       fields[#fields + 1] = f
     end
   end
-  for id in string.gmatch(h[2] or '', '%S+') do
-    fields[#fields + 1] = 'a|' .. id
+  if not one then
+    for id in string.gmatch(ids, '%S+') do
+      fields[#fields + 1] = 'a|' .. id
+    end
   end
   redis.call('HDEL', KEYS[7], unpack(fields))
-  local permits = tonumber(h[1] or '0')
+  local permits = (h[1] or 0) + 0
   if permits > 0 then
     redis.call('HINCRBY', KEYS[7], 'used', '-' .. h[1])
   end
@@ -100,6 +106,9 @@ local function drop_expired(...)
     return false
   end
   local gone = ended_leases(KEYS[7], KEYS[8], soonest)
+  if not gone then
+    return false
+  end
   for _, holder in ipairs(gone) do
     drop_holder(holder)
   end
@@ -164,9 +173,14 @@ end
 -- With a member (its permits `need`; queued, or a newcomer at the tail),
 -- stops at it. `free` is the available permits when the caller has read
 -- them (else nil). Returns the tickets served before it, the tickets
--- passed over before the last of those, whether the member is served now,
--- whether that overtakes someone, and whether the queue is empty.
+-- passed over before the last of those (both nil where the queue does
+-- not exist), whether the member is served now, whether that overtakes
+-- someone, and whether the queue is empty.
 local function walk(member, need, free)
+  if queue_absent() then
+    -- Nobody waits (and no table is made): only the permits decide.
+    return nil, nil, member ~= nil and need <= (free or available()), false, true
+  end
   local members, tickets = first_entries()
   if not members[1] then
     -- Nobody waits: only the permits decide.
@@ -224,6 +238,9 @@ end
 -- Publishes the queue and lets go the waiters the available permits
 -- serve now (see walk); the waiters passed over before them stay put.
 local function wake()
+  if queue_absent() then
+    return
+  end
   local members, tickets = first_entries()
   if not tickets[1] then
     return

@@ -34,7 +34,10 @@
 if exists_besides_queue(KEYS[3]) then
   return {-1}
 end
-local holder, need, lease, id = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local holder, need, lease, id = ARGV[2], ARGV[5] + 0, ARGV[6] + 0, ARGV[7]
+-- The holder's fields this script reads and writes, named once.
+local attempt_f, lease_f, count_f, permits_f, token_f, attempts_f = 'a|' .. id, 'l|' .. holder,
+  'c|' .. holder, 'p|' .. holder, 't|' .. holder, 'as|' .. holder
 -- What this script reads of the holds: whether the attempt was granted,
 -- the holder's lease, the permits in use and the reclaim floor, then,
 -- only when the holder has a lease, its hold so far (without one it has
@@ -42,17 +45,18 @@ local holder, need, lease, id = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), A
 -- a scan of the hash while it is a listpack, with many holders. As one
 -- list: {a|<attempt>, l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used,
 -- table, soonest} (table: the hash is kept as a hash table already;
--- keep_as_table in holds.lua).
-local function read_holds()
-  local h = redis.call('HMGET', KEYS[7], 'a|' .. id, 'l|' .. holder, 'used', 'table', 'soonest')
-  local hold = {false, false, false, false, false}
-  if h[2] then
-    hold = redis.call('HMGET', KEYS[7], 'ss|' .. holder, 'c|' .. holder, 'p|' .. holder,
-      't|' .. holder, 'as|' .. holder)
+-- keep_as_table in holds.lua). The holder's field names are arguments:
+-- as upvalues of the library's function they would pass Lua's limit of
+-- 60 (MAX_UPVALUES in src/store/scripts/library.rs).
+local function read_holds(a, l, c, p, t, as)
+  local h = redis.call('HMGET', KEYS[7], a, l, 'used', 'table', 'soonest')
+  if not h[2] then
+    return {h[1], false, false, false, false, false, false, h[3], h[4], h[5]}
   end
+  local hold = redis.call('HMGET', KEYS[7], 'ss|' .. holder, c, p, t, as)
   return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3], h[4], h[5]}
 end
-local h = read_holds()
+local h = read_holds(attempt_f, lease_f, count_f, permits_f, token_f, attempts_f)
 if h[1] then
   return grant_reply(holder)
 end
@@ -65,7 +69,7 @@ if need > permits then
 end
 if refresh(h[10], h[8]) then
   -- Expired holds were reclaimed: the holder's among them, maybe.
-  h = read_holds()
+  h = read_holds(attempt_f, lease_f, count_f, permits_f, token_f, attempts_f)
 end
 local session, version = ARGV[8] or '', ARGV[9]
 if session ~= '' then
@@ -80,8 +84,7 @@ local member = ARGV[5] .. '|' .. holder
 local go, overtakes, unqueued = false, false, false
 if not left_while_open(member) then
   local _
-  _, _, go, overtakes, unqueued = walk(member, need,
-    math.max(permits - tonumber(h[8] or '0'), 0))
+  _, _, go, overtakes, unqueued = walk(member, need, math.max(permits - (h[8] or 0), 0))
 end
 if not go then
   local free = available()
@@ -96,9 +99,9 @@ end
 -- The hold is written back in one HSET, with the reclaim floor. A first
 -- grant's count and permits and a lease that is not a session's are
 -- written as the text they came as (time_text in holds.lua).
-local grants = tonumber(h[4] or '0') + 1
+local grants = (h[4] or 0) + 1
 local first = grants == 1
-local held = tonumber(h[5] or '0') + need
+local held = (h[5] or 0) + need
 local token = h[6]
 if first then
   token = redis.call('INCR', KEYS[2])
@@ -112,9 +115,11 @@ if session == '' or renewed then
 end
 local attempts = h[7] and (h[7] .. ' ' .. id) or id
 local lease_text = session == '' and ARGV[6] or lease
-local fields = {'c|' .. holder, first and '1' or grants, 'p|' .. holder, h[5] and held or ARGV[5],
-  't|' .. holder, token, 'l|' .. holder, lease_text, 'a|' .. id, ARGV[5],
-  'as|' .. holder, attempts, 'used', tonumber(h[8] or '0') + need}
+-- (The trailing nils make room for the grant time, the label and the
+-- floor, which the list then grows into without being moved.)
+local fields = {count_f, first and '1' or grants, permits_f, h[5] and held or ARGV[5],
+  token_f, token, lease_f, lease_text, attempt_f, ARGV[5],
+  attempts_f, attempts, 'used', (h[8] or 0) + need, nil, nil, nil, nil, nil, nil}
 owner_fields(fields, 'h|' .. holder, ARGV[10] or '', first and time_text(clock) or nil)
 floor_field(KEYS[7], fields, deadline)
 redis.call('HSET', KEYS[7], unpack(fields))

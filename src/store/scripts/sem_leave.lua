@@ -17,29 +17,28 @@
 -- Returns  -2  it left the queue
 -- and otherwise what sem_release returns. When it leaves, the queue is
 -- woken: the waiters the permits now serve go.
-local quitter = ARGV[2]
-local suffix = '|' .. quitter
-local mine = {}
 -- Nobody waits (one EXISTS): nothing to leave, and the release refreshes
--- with what it reads anyway. Otherwise the queue is refreshed first, so
--- that an entry whose place lapsed is not left but released.
-local queued = 0
+-- with what it reads anyway (none of this runs: no table, no call).
+-- Otherwise the queue is refreshed first, so that an entry whose place
+-- lapsed is not left but released.
 if not queue_absent() then
   refresh()
-  queued = redis.call('ZCARD', KEYS[4])
-end
-for first = 0, queued - 1, 1000 do
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[4], first, first + 999)) do
-    if string.sub(member, -#suffix) == suffix then
-      mine[#mine + 1] = member
+  local suffix = '|' .. ARGV[2]
+  local mine = {}
+  local queued = redis.call('ZCARD', KEYS[4])
+  for first = 0, queued - 1, 1000 do
+    for _, member in ipairs(redis.call('ZRANGE', KEYS[4], first, first + 999)) do
+      if string.sub(member, -#suffix) == suffix then
+        mine[#mine + 1] = member
+      end
     end
   end
-end
-local gone = false
-for _, member in ipairs(mine) do
-  gone = leave_queue(member, true) or gone
-end
-if gone then
-  wake()
-  return -2
+  local gone = false
+  for _, member in ipairs(mine) do
+    gone = leave_queue(member, true) or gone
+  end
+  if gone then
+    wake()
+    return -2
+  end
 end

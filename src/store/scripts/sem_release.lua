@@ -26,8 +26,8 @@ end
 if ARGV[5] and (h[3] or '') ~= ARGV[5] then
   return -1
 end
-local permits = tonumber(h[1])
-if tonumber(h[4] or '0') <= permits then
+local permits = h[1] + 0
+if (h[4] or 0) + 0 <= permits then
   -- The last hold: the holds and the leases go whole.
   redis.call('DEL', KEYS[7], KEYS[8])
 else
