@@ -750,6 +750,12 @@ pub async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .sum()
 }
 
+/// Redis's clock in ms, read with TIME.
+pub async fn redis_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
 /// The calls of one Redis command since the last `CONFIG RESETSTAT`.
 pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
     (commands_called(conn).await)

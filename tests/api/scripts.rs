@@ -980,12 +980,6 @@ async fn a_pair_that_nobody_waits_behind_asks_redis_only_what_it_changes() {
     assert_eq!(left, 0, "the last release deletes the holds");
 }
 
-/// Redis's clock in ms, read with TIME.
-async fn redis_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
-    secs * 1000 + micros / 1000
-}
-
 /// The scripts write a grant time as text made of TIME's reply (time_text
 /// in holds.lua: the seconds, then the ms of the microseconds in three
 /// digits), not as a number Redis must format: each case of the

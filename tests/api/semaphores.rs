@@ -915,7 +915,9 @@ async fn a_lease_that_ends_before_the_others_is_reclaimed_when_it_ends() {
 }
 
 /// The holds live as long as the longest lease, whichever was granted
-/// first, and Redis expires them once every lease has ended unreleased:
+/// first, and Redis expires them once every lease has ended unreleased,
+/// a lease after the last one at the latest (a grant on keys that were
+/// there extends them a lease past its own: `kept` in sem_acquire.lua):
 /// an acquire only ever extends their TTL, and sets one on keys it
 /// created.
 #[tokio::test]
@@ -932,13 +934,100 @@ async fn the_holds_outlive_every_lease_and_expire_after_the_last() {
         (&json!(2), &json!(1)),
         "the short hold ended, the long one stays"
     );
-    tokio::time::sleep(Duration::from_millis(1000)).await;
     let mut conn = redis_conn(&redis).await;
-    let left: i64 = redis::cmd("EXISTS")
-        .arg("latchkey:{s}:sem:holds")
-        .arg("latchkey:{s}:sem:leases")
+    let keys = ["latchkey:{s}:sem:holds", "latchkey:{s}:sem:leases"];
+    for key in keys {
+        let ttl: i64 = conn.pttl(key).await.unwrap();
+        assert!(
+            (1000..=2700).contains(&ttl),
+            "{key} outlives the long lease, by a lease at most: {ttl}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let left: i64 = conn.exists(&keys).await.unwrap();
+    assert_eq!(
+        left, 0,
+        "the keys expired a lease after the last lease at most"
+    );
+}
+
+/// The holds and the leases live at least as long as every lease. A grant
+/// on keys that were there extends them to a lease past its own, and
+/// records that (`kept`): a grant whose lease ends by then extends nothing,
+/// so a semaphore in steady use pays no `PEXPIRE`s per grant. Keys a grant
+/// creates live as long as its lease, and go with the last hold.
+#[tokio::test]
+async fn a_grant_within_what_the_holds_outlive_extends_nothing() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    put(&app, "k", 10).await;
+    let mut conn = redis_conn(&redis).await;
+    let keys = ["latchkey:{k}:sem:holds", "latchkey:{k}:sem:leases"];
+    // Each key's PTTL, checked to outlive `lease_ms` (less the test's
+    // own time since the grant); the holds' `kept` must not exceed it.
+    async fn ttls(conn: &mut redis::aio::MultiplexedConnection, keys: [&str; 2]) -> [i64; 2] {
+        let mut out = [0; 2];
+        for (i, key) in keys.iter().enumerate() {
+            out[i] = conn.pttl(key).await.unwrap();
+        }
+        out
+    }
+
+    granted(acquire(&app, "k", json!({"holder": "a", "lease_ms": 10000})).await).await;
+    let [holds, leases] = ttls(&mut conn, keys).await;
+    assert!(
+        (9000..=10000).contains(&holds) && (9000..=10000).contains(&leases),
+        "keys a grant creates live as long as its lease: {holds} {leases}"
+    );
+
+    // On keys that were there: a lease past the grant's own.
+    granted(acquire(&app, "k", json!({"holder": "b", "lease_ms": 10000})).await).await;
+    let [holds, leases] = ttls(&mut conn, keys).await;
+    assert!(
+        (19000..=20000).contains(&holds) && (19000..=20000).contains(&leases),
+        "extended a lease past b's: {holds} {leases}"
+    );
+    let kept: i64 = conn.hget(keys[0], "kept").await.unwrap();
+    let now = redis_ms(&mut conn).await as i64;
+    assert!(
+        (now + holds - 1000..=now + holds + 50).contains(&kept),
+        "kept ({kept}) is when the keys expire, at the latest (now {now}, TTL {holds})"
+    );
+
+    // Leases that end by then: no PEXPIRE at all.
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(left, 0, "the keys expired with the last lease");
+    for holder in ["c", "d", "e"] {
+        granted(acquire(&app, "k", json!({"holder": holder, "lease_ms": 15000})).await).await;
+    }
+    assert_eq!(command_calls(&mut conn, "pexpire").await, 0);
+    let [after, _] = ttls(&mut conn, keys).await;
+    assert!(after <= holds, "nothing extended: {after} after {holds}");
+
+    // A lease past it extends the keys again, past that lease.
+    granted(acquire(&app, "k", json!({"holder": "f", "lease_ms": 60000})).await).await;
+    let [holds, leases] = ttls(&mut conn, keys).await;
+    assert!(
+        holds >= 119000 && leases >= 119000,
+        "extended a lease past f's: {holds} {leases}"
+    );
+    assert_eq!(command_calls(&mut conn, "pexpire").await, 2);
+
+    // A heartbeat that lengthens a lease past `kept` extends the keys too.
+    let beat = heartbeat(&app, "k", "a", json!({"lease_ms": 200000})).await;
+    assert_eq!(beat.status(), StatusCode::OK);
+    let [holds, leases] = ttls(&mut conn, keys).await;
+    assert!(
+        holds >= 199000 && leases >= 199000,
+        "the keys outlive a's new lease: {holds} {leases}"
+    );
+
+    for holder in ["a", "b", "c", "d", "e", "f"] {
+        assert_eq!(release(&app, "k", holder).await.status(), StatusCode::OK);
+    }
+    let left: i64 = conn.exists(&keys).await.unwrap();
+    assert_eq!(left, 0, "the last release deletes the holds");
 }

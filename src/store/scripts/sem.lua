@@ -28,6 +28,9 @@
 --          oh|<h>, th|<h>  its owner label and grant time (holds.lua,
 --                        suffix 'h|<h>': t|<h> is the token)
 --          soonest       the leases' reclaim floor (leases.lua)
+--          kept          ms on Redis's clock until which both keys live
+--                        at least (a lower bound of their expiry; see
+--                        extend_holds)
 -- KEYS[8]  zset {prefix}{name}:sem:leases  holder → its lease's deadline
 --
 -- Expired holds are reclaimed by every script before it reads, on Redis's
@@ -137,10 +140,12 @@ end
 -- live at least as long. Their TTL is only ever extended (GT), never
 -- shortened to the lease that ends last, so it stays past every lease
 -- with no read of which one that is; it may outlast the last lease by
--- what a shortened lease gave up, until the last hold's release deletes
--- the keys. Keys this call created (`fresh`) have no TTL yet, which GT
--- would keep. `ttl`: the ms from now to `ends` as text, when the caller
--- has it (time_text in holds.lua).
+-- what a shortened lease gave up, or by up to a lease where a grant
+-- extended it past its own (`kept`, sem_acquire.lua), until the last
+-- hold's release deletes the keys. Keys this call created (`fresh`) have
+-- no TTL yet, which GT would keep. `ttl`: the ms from now to `ends` as
+-- text, when the caller has it (time_text in holds.lua). Neither
+-- shortens a TTL, so `kept` stays a lower bound of it.
 local function extend_holds(ends, fresh, ttl)
   ttl = ttl or math.max(ends - now, 1)
   if fresh then

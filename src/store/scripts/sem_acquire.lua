@@ -44,17 +44,17 @@ local attempt_f, lease_f, count_f, permits_f, token_f, attempts_f = 'a|' .. id, 
 -- none: its first grant, which takes a token). Each field looked up costs
 -- a scan of the hash while it is a listpack, with many holders. As one
 -- list: {a|<attempt>, l|<h>, ss|<h>, c|<h>, p|<h>, t|<h>, as|<h>, used,
--- table, soonest} (table: the hash is kept as a hash table already;
+-- table, soonest, kept} (table: the hash is kept as a hash table already;
 -- keep_as_table in holds.lua). The holder's field names are arguments:
 -- as upvalues of the library's function they would pass Lua's limit of
 -- 60 (MAX_UPVALUES in src/store/scripts/library.rs).
 local function read_holds(a, l, c, p, t, as)
-  local h = redis.call('HMGET', KEYS[7], a, l, 'used', 'table', 'soonest')
+  local h = redis.call('HMGET', KEYS[7], a, l, 'used', 'table', 'soonest', 'kept')
   if not h[2] then
-    return {h[1], false, false, false, false, false, false, h[3], h[4], h[5]}
+    return {h[1], false, false, false, false, false, false, h[3], h[4], h[5], h[6]}
   end
   local hold = redis.call('HMGET', KEYS[7], 'ss|' .. holder, c, p, t, as)
-  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3], h[4], h[5]}
+  return {h[1], h[2], hold[1], hold[2], hold[3], hold[4], hold[5], h[3], h[4], h[5], h[6]}
 end
 local h = read_holds(attempt_f, lease_f, count_f, permits_f, token_f, attempts_f)
 if h[1] then
@@ -115,13 +115,31 @@ if session == '' or renewed then
 end
 local attempts = h[7] and (h[7] .. ' ' .. id) or id
 local lease_text = session == '' and ARGV[6] or lease
--- (The trailing nils make room for the grant time, the label and the
--- floor, which the list then grows into without being moved.)
+-- A first grant's lease must end before the keys do. Keys that were
+-- there (permits are held, so both exist) and live past it already
+-- (`kept`) are left as they are: a semaphore in steady use pays no
+-- PEXPIRE per grant. Keys that were there but end sooner live a lease
+-- past this one from now on, and `kept` says so; keys this grant creates
+-- live as long as its lease (the last hold's release deletes them).
+local extend, kept = deadline and first, nil
+if extend and (h[8] or 0) + 0 > 0 then
+  if h[11] and h[11] + 0 >= deadline then
+    extend = false
+  else
+    kept = deadline + lease
+  end
+end
+-- (The trailing nils make room for the grant time, the label, the floor
+-- and `kept`, which the list then grows into without being moved.)
 local fields = {count_f, first and '1' or grants, permits_f, h[5] and held or ARGV[5],
   token_f, token, lease_f, lease_text, attempt_f, ARGV[5],
-  attempts_f, attempts, 'used', (h[8] or 0) + need, nil, nil, nil, nil, nil, nil}
+  attempts_f, attempts, 'used', (h[8] or 0) + need, nil, nil, nil, nil, nil, nil, nil, nil}
 owner_fields(fields, 'h|' .. holder, ARGV[10] or '', first and time_text(clock) or nil)
 floor_field(KEYS[7], fields, deadline)
+if kept then
+  fields[#fields + 1] = 'kept'
+  fields[#fields + 1] = kept
+end
 redis.call('HSET', KEYS[7], unpack(fields))
 -- (Holds that were not there, no `used`, hold this hold's fields alone.)
 if first and not h[9] and h[8] then
@@ -130,12 +148,16 @@ end
 if renewed then
   in_session(KEYS[7], holder, session, version, lease)
 end
--- (The keys' TTL from now is the lease, as text.)
 if deadline and first then
   -- A first grant has no lease yet that could end earlier (set_deadline);
   -- holds that were not there (no `used`) are keys this call created.
   redis.call('ZADD', KEYS[8], deadline, holder)
-  extend_holds(deadline, not h[8], lease_text)
+  if kept then
+    extend_holds(kept, false)
+  elseif extend then
+    -- (The keys' TTL from now is the lease, as text.)
+    extend_holds(deadline, not h[8], lease_text)
+  end
 elseif deadline then
   set_deadline(holder, deadline, lease_text)
 end
