@@ -22,6 +22,14 @@
 #
 # Instructions do not depend on the machine's load: this compares two
 # builds' scripts where the clock on a shared machine cannot.
+#
+#   PRIMITIVES="semaphore read-lock"   measures those only (default: all)
+#   LIBRARIES=DIR   after the service loaded its function libraries, each
+#                   DIR/*.lua (a library's code, as `FUNCTION LIST
+#                   WITHCODE` shows it) replaces the one of its name: the
+#                   service calls it as its own. To price a part of a
+#                   script without a build: change it, leave it out, or
+#                   write the same Redis calls with no Lua around them.
 set -euo pipefail
 # A failed run inside $(...) fails the script too.
 shopt -s inherit_errexit
@@ -42,9 +50,10 @@ source scripts/callgrind-common.sh
 # one keep-alive connection, once the service answers; every answer is
 # checked.
 drive() {
-    python3 - "$1" "$2" "$3" <<'EOF'
-import http.client, socket, sys, time
+    python3 - "$1" "$2" "$3" "$4" <<'EOF'
+import glob, http.client, os, socket, subprocess, sys, time
 port, primitive, pairs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+redis_port = sys.argv[4]
 deadline = time.time() + 120
 while True:
     try:
@@ -59,6 +68,14 @@ while True:
     if time.time() > deadline:
         sys.exit("the service did not become ready")
     time.sleep(0.2)
+if os.environ.get("LIBRARIES"):
+    for path in sorted(glob.glob(os.path.join(os.environ["LIBRARIES"], "*.lua"))):
+        with open(path, "rb") as code:
+            loaded = subprocess.run(
+                ["redis-cli", "-p", redis_port, "-x", "FUNCTION", "LOAD", "REPLACE"],
+                stdin=code, capture_output=True, text=True)
+        if not loaded.stdout.startswith("latchkey_"):
+            sys.exit(f"loading {path}: {loaded.stdout}{loaded.stderr}")
 def ask(method, path, body, want):
     headers = {"Content-Type": "application/json"} if body else {}
     conn.request(method, path, body=body, headers=headers)
@@ -107,7 +124,7 @@ run() {
         LATCHKEY_REDIS_URL="redis://127.0.0.1:$redis_port" \
         "$binary" >"$work/service.log" 2>&1 &
     service_pid=$!
-    drive "$port" "$primitive" "$pairs"
+    drive "$port" "$primitive" "$pairs" "$redis_port"
     kill -TERM "$service_pid"
     wait "$service_pid" || true
     service_pid=
@@ -118,7 +135,7 @@ run() {
 }
 
 echo "redis-server: $(redis-server --version)"
-for primitive in lock semaphore semaphore-shared read-lock; do
+for primitive in ${PRIMITIVES:-lock semaphore semaphore-shared read-lock}; do
     for binary in "${binaries[@]}"; do
         base=$(run "$binary" "$primitive" $few)
         more=$(run "$binary" "$primitive" $many)
