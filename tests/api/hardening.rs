@@ -512,7 +512,70 @@ async fn a_start_deletes_the_libraries_of_other_versions_only() {
 #[tokio::test]
 async fn answers_while_redis_is_out_of_memory_are_the_scripts() {
     let redis = redis();
-    let app = spawn_app(test_config(&redis)).await;
+    answers_while_writes_are_refused(&redis, Refusal::OutOfMemory).await;
+}
+
+/// While Redis refuses every write because its last background save
+/// failed (`MISCONF`, under `stop-writes-on-bgsave-error`), it refuses a
+/// function that may write before it runs, but a script only at its first
+/// write: the store runs the script, so what writes nothing answers as
+/// ever (an acquire of a held lock 409, a retried count-down its recorded
+/// 200), and a release, which must write, 503.
+#[tokio::test]
+async fn answers_while_redis_refuses_writes_after_a_failed_save_are_the_scripts() {
+    // A save point, so that a failed save stops the writes.
+    let redis = RedisServer::start_with(&["--save", "3600 1"]).expect("redis-server starts");
+    answers_while_writes_are_refused(&redis, Refusal::FailedSave).await;
+}
+
+/// How a test makes Redis refuse writes.
+#[derive(Clone, Copy, PartialEq)]
+enum Refusal {
+    /// `maxmemory` 1 (`OOM`): what frees memory still runs.
+    OutOfMemory,
+    /// A background save that fails (`MISCONF`): no write runs.
+    FailedSave,
+}
+
+/// Makes the next background save of `redis` fail, and waits until it
+/// has: its file's name is a directory, so the save cannot put the file
+/// in its place.
+async fn fail_saves(redis: &RedisServer) {
+    let mut conn = redis_conn(redis).await;
+    let dir: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("dir")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let dump: String = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("dbfilename")
+        .query_async::<Vec<String>>(&mut conn)
+        .await
+        .unwrap()
+        .remove(1);
+    std::fs::create_dir_all(std::path::Path::new(&dir[1]).join(dump)).unwrap();
+    let _: String = redis::cmd("BGSAVE").query_async(&mut conn).await.unwrap();
+    let failed = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            info.contains("rdb_last_bgsave_status:err")
+        }
+    })
+    .await;
+    assert!(failed, "the background save failed");
+}
+
+/// The body of the two tests above: four kinds of lock held, a latch
+/// counted down with an `Idempotency-Key`, then Redis refuses writes.
+async fn answers_while_writes_are_refused(redis: &RedisServer, refusal: Refusal) {
+    let app = spawn_app(test_config(redis)).await;
     let configured = app
         .client
         .put(app.url("/semaphores/oom-sem"))
@@ -555,7 +618,10 @@ async fn answers_while_redis_is_out_of_memory_are_the_scripts() {
         let granted = app.post(acquire, json!({"holder": "h"})).await;
         assert_eq!(granted.status(), 201, "{acquire}");
     }
-    refuse_writes(&redis).await;
+    match refusal {
+        Refusal::OutOfMemory => refuse_writes(redis).await,
+        Refusal::FailedSave => fail_saves(redis).await,
+    }
     for (acquire, _) in kinds {
         let busy = app.post(acquire, json!({"holder": "h2"})).await;
         assert_eq!(busy.status(), 409, "{acquire}: {:?}", busy.text().await);
@@ -568,6 +634,10 @@ async fn answers_while_redis_is_out_of_memory_are_the_scripts() {
     );
     for (acquire, release) in kinds {
         let released = app.client.delete(app.url(release)).send().await.unwrap();
+        if refusal == Refusal::FailedSave {
+            assert_problem(released, 503, "backend-unavailable").await;
+            continue;
+        }
         assert_eq!(
             released.status(),
             200,
