@@ -10,6 +10,7 @@
 #   semaphore-shared  the same with 40 other holders of it (the benchmark's
 #              shape: its workers share one semaphore)
 #   read-lock  a read hold of a read-write lock, nobody else holding
+#   fair-lock  a fair lock, nobody waiting
 #
 # Two runs per primitive and build, 200 and 1 200 pairs; the difference
 # ÷ 1 000 is the instructions per pair, with start-up, the set-up and
@@ -99,6 +100,7 @@ acquire = {
     "semaphore": ("/semaphores/callgrind/acquire", "/semaphores/callgrind/holders/callgrind-1"),
     "semaphore-shared": ("/semaphores/callgrind/acquire", "/semaphores/callgrind/holders/callgrind-1"),
     "read-lock": ("/rwlocks/callgrind/read/acquire", "/rwlocks/callgrind/holders/callgrind-1"),
+    "fair-lock": ("/fair-locks/callgrind/acquire", "/fair-locks/callgrind/holders/callgrind-1"),
 }[primitive]
 for _ in range(pairs):
     ask("POST", acquire[0], b'{"holder":"callgrind-1"}', 201)
@@ -135,7 +137,7 @@ run() {
 }
 
 echo "redis-server: $(redis-server --version)"
-for primitive in ${PRIMITIVES:-lock semaphore semaphore-shared read-lock}; do
+for primitive in ${PRIMITIVES:-lock semaphore semaphore-shared read-lock fair-lock}; do
     for binary in "${binaries[@]}"; do
         base=$(run "$binary" "$primitive" $few)
         more=$(run "$binary" "$primitive" $many)
