@@ -542,31 +542,19 @@ enum Refusal {
 /// in its place.
 async fn fail_saves(redis: &RedisServer) {
     let mut conn = redis_conn(redis).await;
-    let dir: Vec<String> = redis::cmd("CONFIG")
+    // CONFIG GET of two names: [name, value, name, value], in Redis's order.
+    let config: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("dir")
+        .arg("dbfilename")
         .query_async(&mut conn)
         .await
         .unwrap();
-    let dump: String = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("dbfilename")
-        .query_async::<Vec<String>>(&mut conn)
-        .await
-        .unwrap()
-        .remove(1);
-    std::fs::create_dir_all(std::path::Path::new(&dir[1]).join(dump)).unwrap();
+    std::fs::create_dir_all(std::path::Path::new(&config["dir"]).join(&config["dbfilename"]))
+        .unwrap();
     let _: String = redis::cmd("BGSAVE").query_async(&mut conn).await.unwrap();
-    let failed = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move {
-            let info: String = redis::cmd("INFO")
-                .arg("persistence")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            info.contains("rdb_last_bgsave_status:err")
-        }
+    let failed = info_within(redis, "persistence", |info| {
+        info.contains("rdb_last_bgsave_status:err")
     })
     .await;
     assert!(failed, "the background save failed");

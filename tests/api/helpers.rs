@@ -339,19 +339,27 @@ pub async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnectio
         .expect("connect to test redis")
 }
 
-/// Whether `master` has a replica in sync within 10 s.
-pub async fn replica_in_sync(master: &RedisServer) -> bool {
-    let conn = redis_conn(master).await;
+/// Whether `redis`'s `INFO <section>` satisfies `check` within 10 s.
+pub async fn info_within(redis: &RedisServer, section: &str, check: fn(&str) -> bool) -> bool {
+    let conn = redis_conn(redis).await;
     eventually(Duration::from_secs(10), || {
         let mut conn = conn.clone();
         async move {
             let info: String = redis::cmd("INFO")
-                .arg("replication")
+                .arg(section)
                 .query_async(&mut conn)
                 .await
                 .unwrap_or_default();
-            info.contains("connected_slaves:1") && info.contains("state=online")
+            check(&info)
         }
+    })
+    .await
+}
+
+/// Whether `master` has a replica in sync within 10 s.
+pub async fn replica_in_sync(master: &RedisServer) -> bool {
+    info_within(master, "replication", |info| {
+        info.contains("connected_slaves:1") && info.contains("state=online")
     })
     .await
 }
