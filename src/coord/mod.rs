@@ -299,20 +299,26 @@ impl Layout {
 
     /// The keys every script gets: state, fence, the attempt's marker (the
     /// state key again when there is none), the queue's three keys where
-    /// there is a queue, then `extra` parts.
+    /// there is a queue, then `extra` parts. Every key but the state is
+    /// the state key's name, a colon and a part: the name is read once.
     pub fn keys(&self, name: &str, attempt: Option<&AttemptId>, extra: &[&str]) -> Vec<String> {
-        let state = self.key(name, "");
-        let marker = match attempt {
-            Some(a) => self
-                .store
-                .key_of(name, &[self.base, ":undone:", a.as_str()]),
-            None => state.clone(),
-        };
-        let mut keys = vec![state, self.key(name, "fence"), marker];
-        if self.queue_grace_ms.is_some() {
-            keys.extend(["queue", "deadlines", "tickets"].map(|p| self.key(name, p)));
+        self.keys_under(&self.store.key(name, self.base), attempt, extra)
+    }
+
+    /// [`Self::keys`] of the object whose state key is `state`.
+    fn keys_under(&self, state: &str, attempt: Option<&AttemptId>, extra: &[&str]) -> Vec<String> {
+        let queued = if self.queue_grace_ms.is_some() { 3 } else { 0 };
+        let mut keys = Vec::with_capacity(3 + queued + extra.len());
+        keys.push(state.to_string());
+        keys.push(under(state, &["fence"]));
+        keys.push(match attempt {
+            Some(a) => under(state, &["undone:", a.as_str()]),
+            None => state.to_string(),
+        });
+        if queued > 0 {
+            keys.extend(["queue", "deadlines", "tickets"].map(|p| under(state, &[p])));
         }
-        keys.extend(extra.iter().map(|p| self.key(name, p)));
+        keys.extend(extra.iter().map(|p| under(state, &[p])));
         keys
     }
 
@@ -510,6 +516,16 @@ impl Layout {
             .await?;
         Ok(())
     }
+}
+
+/// `{state}:{parts…}`: a key of the object whose state key is `state`.
+fn under(state: &str, parts: &[&str]) -> String {
+    let mut key =
+        String::with_capacity(state.len() + 1 + parts.iter().map(|p| p.len()).sum::<usize>());
+    key.push_str(state);
+    key.push(':');
+    parts.iter().for_each(|p| key.push_str(p));
+    key
 }
 
 /// Reads a queued waiter's reply `[hint, position, ticket, recheck_ms]`
