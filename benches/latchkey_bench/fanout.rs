@@ -34,6 +34,10 @@
 //! "unparked"). What the floor never does, it does: write one HTTP response
 //! per waiter. The bare server is ONE process, where latchkey's waiters are
 //! spread over two instances.
+//!
+//! The row's percentiles pool the counted fan-outs of every round; each
+//! round's own p99s (over that round's fan-outs of each kind) are kept
+//! too, and the goals are judged on them round by round.
 
 use std::time::{Duration, Instant};
 
@@ -73,7 +77,21 @@ pub struct Row {
     pub commands_per: f64,
     /// The most in any fan-out.
     pub commands_max: f64,
+    /// Each round's own p99s, in round order.
+    pub rounds: Vec<RoundP99>,
     pub errors: Vec<String>,
+}
+
+/// One round's p99s (ms) over that round's counted fan-outs of each kind
+/// (NaN where none succeeded); with fewer than 100 of them, the slowest.
+#[derive(Clone, Copy, Debug)]
+pub struct RoundP99 {
+    /// latchkey's, from the count-down sent.
+    pub from_sent_ms: f64,
+    /// The Redis latch + pub/sub floor's, from the count-down sent.
+    pub floor_ms: f64,
+    /// The bare axum fan-out's, from `/unpark` sent.
+    pub bare_ms: f64,
 }
 
 /// One fan-out's figures.
@@ -302,6 +320,13 @@ fn ms(d: Option<Duration>) -> f64 {
     d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
+/// The p99 of some latencies, ms (NaN when there are none).
+fn p99_ms(latencies: impl Iterator<Item = Duration>) -> f64 {
+    let mut sorted: Vec<Duration> = latencies.collect();
+    sorted.sort_unstable();
+    ms(percentile(&sorted, 99.0))
+}
+
 /// `rounds` rounds of `per_round` counted fan-outs (after one warm-up each),
 /// each round followed by as many of the floor's, straight on the Redis at
 /// `direct` (its URL and a connection to it), then as many of the bare
@@ -318,8 +343,11 @@ pub async fn measure(
     let mut samples = Vec::new();
     let mut floor = Vec::new();
     let mut bare_fanouts = Vec::new();
+    let mut round_p99s = Vec::new();
     let mut errors = Vec::new();
     for round in 0..rounds {
+        // Where this round's fan-outs start in each list.
+        let from = (samples.len(), floor.len(), bare_fanouts.len());
         for i in 0..=per_round {
             let name = format!("bench-fanout-r{round}-{i}");
             match fan_out(client, bases, admin, &name, waiters).await {
@@ -343,6 +371,11 @@ pub async fn measure(
                 Err(e) => errors.push(format!("bare axum fan-out r{round}-{i}: {e}")),
             }
         }
+        round_p99s.push(RoundP99 {
+            from_sent_ms: p99_ms(samples[from.0..].iter().map(|s| s.from_sent)),
+            floor_ms: p99_ms(floor[from.1..].iter().copied()),
+            bare_ms: p99_ms(bare_fanouts[from.2..].iter().copied()),
+        });
     }
     floor.sort_unstable();
     bare_fanouts.sort_unstable();
@@ -363,6 +396,7 @@ pub async fn measure(
         bare_p99_ms: ms(percentile(&bare_fanouts, 99.0)),
         commands_per: median(commands.clone()),
         commands_max: commands.into_iter().fold(f64::NAN, f64::max),
+        rounds: round_p99s,
         errors,
     }
 }

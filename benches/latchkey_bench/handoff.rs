@@ -22,7 +22,8 @@
 //! own scripts and one pub/sub wake-up per release, on the service's
 //! core), both logged and paired the same way. The runs interleave (plain
 //! W₁ W₂, fair W₁ W₂, floor W₁ W₂, bare W₁ W₂, stack W₁ W₂, plain W₁ …),
-//! each on a fresh lock name.
+//! each on a fresh lock name; a row's figures are medians over rounds, and
+//! each round's p99 is kept too (round i of every kind in the same pass).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -342,6 +343,8 @@ pub struct Row {
     pub waiters: usize,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Each round's p99 (NaN where its run failed), in round order.
+    pub p99_ms_rounds: Vec<f64>,
     pub p99_from_sent_ms: f64,
     pub commands_per: f64,
     pub evalsha_per: f64,
@@ -363,6 +366,8 @@ pub async fn measure(
         .flat_map(|&kind| waiter_counts.iter().map(move |&w| (kind, w)))
         .collect();
     let mut runs: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
+    // Every round's p99, NaN for a failed run: round i stays at index i.
+    let mut p99s: Vec<Vec<f64>> = cases.iter().map(|_| Vec::new()).collect();
     let mut errors: Vec<Vec<String>> = cases.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for (i, &(kind, w)) in cases.iter().enumerate() {
@@ -370,21 +375,28 @@ pub async fn measure(
             let lock = (kind, format!("bench-handoff-{kind_name}-w{w}-r{round}"), w);
             let mut errs = Vec::new();
             match run(setup, lock, timing, &mut errs).await {
-                Ok(r) => runs[i].push(r),
-                Err(e) => errs.push(e),
+                Ok(r) => {
+                    p99s[i].push(r.p99_ms);
+                    runs[i].push(r);
+                }
+                Err(e) => {
+                    p99s[i].push(f64::NAN);
+                    errs.push(e);
+                }
             }
             let what = format!("handoff {kind_name} W={w}");
             errors[i].extend(errs.into_iter().map(|e| format!("{what}: {e}")));
         }
     }
-    let rows = cases.into_iter().zip(runs).zip(errors);
-    rows.map(|(((kind, waiters), runs), errors)| {
+    let rows = cases.into_iter().zip(runs).zip(p99s).zip(errors);
+    rows.map(|((((kind, waiters), runs), p99_ms_rounds), errors)| {
         let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
         Row {
             kind,
             waiters,
             p50_ms: m(|r| r.p50_ms),
             p99_ms: m(|r| r.p99_ms),
+            p99_ms_rounds,
             p99_from_sent_ms: m(|r| r.p99_from_sent_ms),
             commands_per: m(|r| r.commands_per),
             evalsha_per: m(|r| r.evalsha_per),

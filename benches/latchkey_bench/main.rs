@@ -44,6 +44,7 @@ mod report;
 mod stats;
 mod tasks;
 mod throughput;
+mod verdict;
 mod wakeone;
 
 use std::path::Path;

@@ -1,7 +1,11 @@
 //! What a run measured and what it is held against: the [`Report`],
 //! what a later phase adds to it ([`Section`], [`Line`]), and the goals'
-//! rows ([`Goal`]).
+//! rows ([`Goal`], from [`crate::verdict`]): each a latchkey figure and its
+//! reference (medians over rounds, or pooled over them), and the pair of
+//! every round, on which the goal is judged: met only when it holds in
+//! every round.
 
+pub use crate::verdict::{Goal, Target};
 use crate::{alongside, fanout, handoff, parked, throughput};
 
 /// Everything measured.
@@ -22,7 +26,8 @@ pub struct Report {
 }
 
 /// What one phase adds to the report: rows of the main table (after the
-/// others), goals, footnotes. Its errors go to [`Report::errors`].
+/// others), goals (with the pairs of their rounds where the phase measures
+/// in rounds), footnotes. Its errors go to [`Report::errors`].
 #[derive(Debug, Default)]
 pub struct Section {
     pub rows: Vec<Line>,
@@ -40,25 +45,4 @@ pub struct Line {
     /// The bare column (NaN: none).
     pub bare: f64,
     pub decimals: usize,
-}
-
-/// What the ratio latchkey ÷ reference must be.
-#[derive(Clone, Copy, Debug)]
-pub enum Target {
-    /// At least the first; the second is a stretch goal.
-    AtLeast(f64, Option<f64>),
-    AtMost(f64),
-    /// The issue sets no figure: measured, not judged.
-    None,
-}
-
-/// One row of the goals table.
-#[derive(Clone, Debug)]
-pub struct Goal {
-    pub measure: String,
-    pub latchkey: f64,
-    pub reference: f64,
-    /// Digits of the two figures.
-    pub decimals: usize,
-    pub target: Target,
 }

@@ -33,8 +33,10 @@
 //!
 //! The kinds' rounds are interleaved ([`Kind::all`] in order, round after
 //! round) and each figure is the median over rounds, so all columns of a
-//! row see the same noise. Redis's CPU per script call is read after every
-//! round (`CONFIG RESETSTAT` before it).
+//! row see the same noise; each round's own figures are kept too
+//! ([`Row::each_round`]): round i of every kind saw the same noise, and the
+//! goals are judged round by round. Redis's CPU per script call is read
+//! after every round (`CONFIG RESETSTAT` before it).
 //!
 //! [`floors`]: crate::floors
 
@@ -264,7 +266,8 @@ pub const fn own(p: Primitive) -> Kind {
     Kind::Floor(Floor::Own(p))
 }
 
-/// The acquire's bound at c=1: one bare round trip plus one script call.
+/// The acquire's bound at c=1: one bare round trip plus one script call
+/// (of the medians, or of one round's figures: [`Row::each_round`]).
 pub fn bound_us(r: &Row) -> f64 {
     r.of(Kind::Bare).acquire_p50_us() + r.of(own(Primitive::Lock)).acquire_p50_us()
 }
@@ -285,7 +288,8 @@ pub struct Targets {
     pub watch: Watch,
 }
 
-/// The medians of one kind at one concurrency.
+/// The figures of one kind at one concurrency: the medians over rounds, or
+/// one round's.
 #[derive(Clone, Debug)]
 pub struct Figures {
     /// Operations (pairs, or GETs) per second.
@@ -331,12 +335,15 @@ impl Figures {
     }
 }
 
-/// One row of results at concurrency `c` (medians over rounds).
+/// One row of results at concurrency `c` (medians over rounds, and each
+/// round's figures).
 #[derive(Debug)]
 pub struct Row {
     pub c: usize,
-    /// Every kind of [`Kind::all`], in that order.
+    /// Every kind of [`Kind::all`], in that order: the medians over rounds.
     pub kinds: Vec<(Kind, Figures)>,
+    /// Each round's figures of every kind (as in `kinds`), in round order.
+    pub per_round: Vec<Vec<(Kind, Figures)>>,
     pub errors: Vec<String>,
 }
 
@@ -350,6 +357,19 @@ impl Row {
     /// Operations per second of `kind`.
     pub fn per_s(&self, kind: Kind) -> f64 {
         self.of(kind).per_s
+    }
+
+    /// Each round by itself, in round order: a row at the same concurrency
+    /// whose figures are that round's alone (no rounds of its own, no
+    /// errors), so that whatever is computed from a row's medians can be
+    /// computed from each round's figures the same way.
+    pub fn each_round(&self) -> impl Iterator<Item = Row> + '_ {
+        self.per_round.iter().map(|kinds| Row {
+            c: self.c,
+            kinds: kinds.clone(),
+            per_round: Vec::new(),
+            errors: Vec::new(),
+        })
     }
 }
 
@@ -503,27 +523,32 @@ impl Targets {
 }
 
 /// Interleaved rounds of every kind at concurrency `c` (at most
-/// [`SEM_PERMITS`]); medians.
+/// [`SEM_PERMITS`]); medians, and each round's figures.
 pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Row {
     let mut per_kind: BTreeMap<Kind, Vec<Figures>> = BTreeMap::new();
+    let mut per_round = Vec::new();
     let mut errors = Vec::new();
     if let Err(e) = t.set_up(c).await {
         errors.push(format!("setting up c={c}: {e}"));
     }
     let kinds = Kind::all();
     for _ in 0..rounds {
+        let mut this_round = Vec::new();
         for &kind in &kinds {
             let (round, redis_us) = t.with_redis_cpu(t.round(kind, c, timing)).await;
             let step = |i: usize| round.step_p50_us.get(i).copied().unwrap_or(f64::NAN);
-            per_kind.entry(kind).or_default().push(Figures {
+            let figures = Figures {
                 per_s: round.per_s,
                 step_p50_us: [step(0), step(1)],
                 redis_us,
                 busy: round.busy.clone(),
-            });
+            };
+            this_round.push((kind, figures.clone()));
+            per_kind.entry(kind).or_default().push(figures);
             let name = kind.name();
             errors.extend(round.errors.iter().map(|e| format!("{name} c={c}: {e}")));
         }
+        per_round.push(this_round);
     }
     Row {
         c,
@@ -535,6 +560,7 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
                 )
             })
             .collect(),
+        per_round,
         errors,
     }
 }
