@@ -564,3 +564,36 @@ async fn a_read_lease_that_ends_before_the_others_is_dropped_when_it_ends() {
         granted(write(&app, name, json!({"holder": "w"})).await).await;
     }
 }
+
+/// A reader recorded where the hash carries no reclaim floor (an instance
+/// of an older version wrote it, or its hash is gone while its lease
+/// lives) still blocks a writer, and its lease still ends: an acquire that
+/// finds no floor looks for readers before it takes the lock.
+#[tokio::test]
+async fn readers_without_a_reclaim_floor_still_block_a_writer() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut conn = redis_conn(&redis).await;
+    for name in ["floorless", "hashless"] {
+        granted(read(&app, name, json!({"holder": "r", "lease_ms": 1500})).await).await;
+    }
+    let _: () = redis::cmd("HDEL")
+        .arg("latchkey:{floorless}:rw")
+        .arg("soonest")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("latchkey:{hashless}:rw")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for name in ["floorless", "hashless"] {
+        let refused = write(&app, name, json!({"holder": "w"})).await;
+        assert_eq!(refused.status(), 409, "{name}: the reader still holds");
+    }
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    for name in ["floorless", "hashless"] {
+        granted(write(&app, name, json!({"holder": "w"})).await).await;
+    }
+}

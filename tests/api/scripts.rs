@@ -958,22 +958,36 @@ async fn a_pair_that_nobody_waits_behind_asks_redis_only_what_it_changes() {
         "last semaphore release: {released:?}"
     );
     assert_eq!(released.get("hdel"), None, "{released:?}");
-    // A read hold on a free read-write lock: the one scan of the readers
-    // finds none, so this hold is the last to end, and the hash holds its
-    // fields alone (no HLEN).
+    // A read hold on a free read-write lock: the EXISTS that looks for the
+    // attempt's marker and the queue finds no readers either, so nothing
+    // is scanned for ended leases, this hold is the last to end, and the
+    // hash holds its fields alone (no HLEN).
     let (acquired, released) =
         pair("/rwlocks/alone/read/acquire", "/rwlocks/alone/holders/h1").await;
-    assert_eq!(acquired.get("zrange"), Some(&1), "{acquired:?}");
+    assert_eq!(acquired.get("zrange"), None, "{acquired:?}");
+    assert_eq!(acquired.get("exists"), Some(&1), "{acquired:?}");
     assert_eq!(acquired.get("hlen"), None, "{acquired:?}");
-    assert!(total(&acquired) <= 9, "read acquire: {acquired:?}");
+    assert!(total(&acquired) <= 8, "read acquire: {acquired:?}");
     assert!(total(&released) <= 5, "last read release: {released:?}");
     assert_eq!(released.get("hdel"), None, "{released:?}");
     assert_eq!(released.get("zrangebyscore"), None, "{released:?}");
+    // A fair lock nobody waits on: one EXISTS asks for the attempt's
+    // marker and the queue at once, the grant time is the script's one
+    // TIME, and a release leaves the queue it found absent alone.
+    let (acquired, released) =
+        pair("/fair-locks/alone/acquire", "/fair-locks/alone/holders/h1").await;
+    assert_eq!(acquired.get("exists"), Some(&1), "{acquired:?}");
+    assert_eq!(acquired.get("time"), Some(&1), "{acquired:?}");
+    assert!(total(&acquired) <= 6, "fair acquire: {acquired:?}");
+    assert_eq!(released.get("zrange"), None, "{released:?}");
+    assert_eq!(released.get("del"), Some(&1), "{released:?}");
+    assert!(total(&released) <= 4, "fair release: {released:?}");
     let left: i64 = redis::cmd("EXISTS")
         .arg("latchkey:{busy}:sem:holds")
         .arg("latchkey:{busy}:sem:leases")
         .arg("latchkey:{alone}:rw")
         .arg("latchkey:{alone}:rw:readers")
+        .arg("latchkey:{alone}:fair")
         .query_async(&mut conn)
         .await
         .unwrap();

@@ -30,6 +30,10 @@ local FLOOR_TEXT = nil
 -- caller knew there are no holds), before it wrote one.
 local NO_LEASE = false
 
+-- Set by a caller that saw the zset of leases absent (an EXISTS), before
+-- anything wrote to it: ended_leases then scans nothing.
+local LEASES_ABSENT = false
+
 -- How many of the first leases a scan reads at once: the ended ones and
 -- the first one left, in one call, while no more than this have ended
 -- (and the last rank of that page, as text).
@@ -44,6 +48,12 @@ local FLOOR_PAGE_LAST = '7'
 local function ended_leases(hash, leases, soonest)
   if soonest and soonest + 0 > now then
     FLOOR, FLOOR_TEXT = soonest + 0, soonest
+    return nil
+  end
+  if LEASES_ABSENT then
+    -- What a scan of an absent zset finds: no lease ended, none left.
+    LEASES_ABSENT = false
+    FLOOR, FLOOR_TEXT, NO_LEASE = now + FLOOR_HORIZON_MS, nil, true
     return nil
   end
   local first = redis.call('ZRANGE', leases, '0', FLOOR_PAGE_LAST, 'WITHSCORES')

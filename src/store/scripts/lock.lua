@@ -3,7 +3,8 @@
 -- lock_release, lock_undo, lock_heartbeat, lock_force_unlock) and the
 -- multi-lock scripts (multi_*), which run them on several locks at once,
 -- share one body. Joined after a kind's hooks (lock_plain or lock_fair:
--- admit, on_grant, on_blocked, on_free, on_shortened, on_undone).
+-- given_up, grant_clock, admit, on_grant, on_blocked, on_free,
+-- on_shortened, on_undone).
 --
 -- A lock's keys:
 --   hash    {prefix}{name}:lock (fair: :fair); fields holder, count (hold
@@ -74,7 +75,7 @@ end
 -- hook by its label.
 local function acquire(hash, fence, marker, holder, lease, id, channel, session, version, owner)
   session = session or ''
-  if redis.call('EXISTS', marker) == 1 then
+  if given_up(marker) then
     return {-1}
   end
   local ends = lease
@@ -91,7 +92,7 @@ local function acquire(hash, fence, marker, holder, lease, id, channel, session,
     local token = redis.call('INCR', fence)
     -- (Text where there is the text: time_text in holds.lua.)
     redis.call('HSET', hash, 'holder', holder, 'count', '1', 'token', token,
-      'lease', lease, attempt, '1', 't', time_text(redis.call('TIME')))
+      'lease', lease, attempt, '1', 't', time_text(grant_clock()))
     redis.call('PEXPIRE', hash, lease)
     in_session(hash, session, version, ends)
     record_owner(hash, '', owner, true)

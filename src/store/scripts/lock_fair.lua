@@ -13,6 +13,19 @@
 --
 -- Only the head may take a free lock: a release lets its ticket go alone.
 
+-- Was the attempt given up (its marker exists)? Asked in the same EXISTS
+-- as whether anyone queues (exists_besides_queue in queue.lua): where
+-- nobody does, one call answers both.
+local function given_up(marker)
+  return exists_besides_queue(marker)
+end
+
+-- Redis's clock for a grant's time: the script's own (queue.lua's
+-- `clock`, read once), not a second TIME.
+local function grant_clock()
+  return clock
+end
+
 -- Publishes the queue; with free, lets its head go.
 local function wake(free)
   if queue_absent() then
@@ -64,10 +77,13 @@ local function on_blocked(holder, pttl, owner)
 end
 
 -- The lock became free (its channel is ARGV[1]: fair locks run only
--- single-lock scripts): let the head go.
+-- single-lock scripts): let the head go. A queue found absent is left
+-- alone (its three keys come and go together: expire_queue).
 local function on_free(channel)
-  prune()
-  expire_queue()
+  if not queue_absent() then
+    prune()
+    expire_queue()
+  end
   wake(true)
 end
 

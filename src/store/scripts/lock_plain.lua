@@ -10,6 +10,17 @@
 --
 -- A plain lock keeps no queue: whoever tries first when it is free takes it.
 
+-- Was the attempt given up (its marker exists)?
+local function given_up(marker)
+  return redis.call('EXISTS', marker) == 1
+end
+
+-- Redis's clock, as TIME's reply, for a grant's time: read only when a
+-- grant needs it.
+local function grant_clock()
+  return redis.call('TIME')
+end
+
 -- May the holder take the free lock now? nil: yes; otherwise the reply.
 local function admit(holder)
   return nil

@@ -63,18 +63,29 @@ end
 -- Whether `key` (of the object's slot: an attempt's marker, say) exists,
 -- learning with the same call whether the queue does when neither does:
 -- the common case, one EXISTS instead of one for the key and one for the
--- queue (queue_absent).
-local function exists_besides_queue(key)
-  if redis.call('EXISTS', key, KEYS[4], KEYS[5]) == 0 then
+-- queue (queue_absent). With `also` (another key of the object), the same
+-- call asks for it too, and a second result says whether none of them
+-- exists (then `also` does not either); when something does, whether
+-- the queue does stays unknown (queue_absent asks when it matters).
+local function exists_besides_queue(key, also)
+  local found
+  if also then
+    found = redis.call('EXISTS', key, KEYS[4], KEYS[5], also)
+  else
+    found = redis.call('EXISTS', key, KEYS[4], KEYS[5])
+  end
+  if found == 0 then
     QUEUE_ABSENT = true
-    return false
+    return false, true
   end
   if redis.call('EXISTS', key) == 1 then
-    return true
+    return true, false
   end
-  -- What exists is the queue.
-  QUEUE_ABSENT = false
-  return false
+  if not also then
+    -- What exists is the queue.
+    QUEUE_ABSENT = false
+  end
+  return false, false
 end
 
 -- Drops the entries (and marks) whose deadline has passed; returns the

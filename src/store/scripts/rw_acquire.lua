@@ -37,9 +37,6 @@
 -- in a session is a renewal of the holder's holds by it: unless they have
 -- applied a newer version of the session's state (then the new hold ends
 -- when that says), every hold of the holder ends after the lease.
-if exists_besides_queue(KEYS[3]) then
-  return {-1}
-end
 local holder, mode, lease, id = ARGV[2], ARGV[5], ARGV[6] + 0, ARGV[7]
 -- What the acquire reads of the hash, in one HMGET: whether the attempt
 -- made a hold already, the writer and its deadline, the holder's read
@@ -51,6 +48,15 @@ local function read_hold()
     'wc', 'wt', 'rt|' .. holder, 'table', 'soonest')
 end
 local h = read_hold()
+-- Was this attempt given up (its marker)? Where the hash has no reclaim
+-- floor (a free rwlock's, which this acquire creates: the common case),
+-- the same EXISTS asks whether there are readers at all; with none, no
+-- lease is scanned for (leases.lua).
+local given_up, none = exists_besides_queue(KEYS[3], (not h[10]) and KEYS[7] or nil)
+if given_up then
+  return {-1}
+end
+LEASES_ABSENT = none and not h[10]
 if h[1] then
   return grant_reply(string.sub(h[1], 1, 1), holder)
 end
