@@ -11,6 +11,14 @@
 #              shape: its workers share one semaphore)
 #   read-lock  a read hold of a read-write lock, nobody else holding
 #   fair-lock  a fair lock, nobody waiting
+#   rate-limiter      one acquire of a permit of a rate limiter (1 000 000
+#              per second: every acquire is admitted), one shared bucket
+#   rate-limiter-key  the same with a key of its own per acquire (the
+#              benchmark's per-key row: each acquire makes its key's
+#              bucket, which expires once full again)
+#
+# (For the rate limiters a "pair" below is that one acquire, and the
+# figure printed is per acquire.)
 #
 # Two runs per primitive and build, 200 and 1 200 pairs; the difference
 # ÷ 1 000 is the instructions per pair, with start-up, the set-up and
@@ -95,6 +103,15 @@ if primitive == "semaphore-shared":
     for other in range(40):
         ask("POST", "/semaphores/callgrind/acquire",
             f'{{"holder":"other-{other}","lease_ms":600000}}'.encode(), 201)
+if primitive.startswith("rate-limiter"):
+    ask("PUT", "/rate-limiters/callgrind",
+        b'{"rate":1000000,"per_ms":1000,"burst":1000}', 200)
+    keyed = primitive == "rate-limiter-key"
+    for i in range(pairs):
+        key = f',"key":"user-{i}"' if keyed else ""
+        ask("POST", "/rate-limiters/callgrind/acquire", f'{{"permits":1{key}}}'.encode(), 200)
+    conn.close()
+    sys.exit(0)
 acquire = {
     "lock": ("/locks/callgrind/acquire", "/locks/callgrind/holders/callgrind-1"),
     "semaphore": ("/semaphores/callgrind/acquire", "/semaphores/callgrind/holders/callgrind-1"),
@@ -141,6 +158,10 @@ for primitive in ${PRIMITIVES:-lock semaphore semaphore-shared read-lock fair-lo
     for binary in "${binaries[@]}"; do
         base=$(run "$binary" "$primitive" $few)
         more=$(run "$binary" "$primitive" $many)
-        echo "$primitive: $(( (more - base) / (many - few) )) Redis instructions per acquire + release ($binary)"
+        case "$primitive" in
+        rate-limiter*) what="acquire" ;;
+        *) what="acquire + release" ;;
+        esac
+        echo "$primitive: $(( (more - base) / (many - few) )) Redis instructions per $what ($binary)"
     done
 done

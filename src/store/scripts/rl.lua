@@ -231,18 +231,20 @@ local function load_bucket(key, keyed)
     return {
       rate = keyed.rate, per_ms = keyed.per_ms, burst = keyed.burst,
       tat = 0, frac = 0, gen = keyed.gen, ver = ver,
+      text = keyed.text, ver_text = keyed.ver,
     }
   end
   local l = {
     rate = tonumber(c[1]), per_ms = tonumber(c[2]), burst = tonumber(c[3]),
     tat = tonumber(c[4]), frac = tonumber(c[5]), gen = c[6], ver = tonumber(c[7]),
+    text = {c[1], c[2], c[3]}, ver_text = c[7] or nil,
   }
   configure(l.rate, l.per_ms, l.burst)
   local older = tonumber(l.gen) < gen
   if older or (tonumber(l.gen) == gen and l.ver < ver) then
     local lag_now = carry_over(l, keyed.rate, keyed.per_ms, keyed.burst)
     l.rate, l.per_ms, l.burst, l.ver = keyed.rate, keyed.per_ms, keyed.burst, ver
-    l.gen = keyed.gen
+    l.gen, l.text, l.ver_text = keyed.gen, keyed.text, keyed.ver
     l.tat, l.frac = now + lag_now[1], lag_now[2]
     -- The last acquire was priced under the old configuration: it can no
     -- longer be given back (rl_give_back.lua), as after a PUT.
@@ -271,8 +273,13 @@ local function store_bucket(key, keyed, l, limiter, last)
     redis.call('DEL', key)
     return
   end
-  redis.call('HSET', key, 'rate', limiter.rate, 'per_ms', limiter.per_ms,
-    'burst', limiter.burst, 'gen', limiter.gen, 'ver', limiter.ver, unpack(fields))
+  -- The configuration as the text it was read as, where there is one:
+  -- Redis formats each number a script passes it (about 2 000
+  -- instructions a number, the book's benchmark chapter), and copies text.
+  local t = limiter.text or {}
+  redis.call('HSET', key, 'rate', t[1] or limiter.rate, 'per_ms', t[2] or limiter.per_ms,
+    'burst', t[3] or limiter.burst, 'gen', limiter.gen, 'ver', limiter.ver_text or limiter.ver,
+    unpack(fields))
   if limiter.carried and not last then
     redis.call('HDEL', key, 'last')
   end

@@ -11,7 +11,7 @@ if KEYS[3] then
   if c[1] then
     KEYED = {
       rate = tonumber(c[1]), per_ms = tonumber(c[2]), burst = tonumber(c[3]),
-      gen = c[4], ver = c[5] or '0',
+      gen = c[4], ver = c[5] or '0', text = {c[1], c[2], c[3]},
     }
   end
 else
@@ -21,5 +21,6 @@ else
     burst = tonumber(ARGV[#ARGV - 2]),
     gen = ARGV[#ARGV - 1],
     ver = ARGV[#ARGV],
+    text = {ARGV[#ARGV - 4], ARGV[#ARGV - 3], ARGV[#ARGV - 2]},
   }
 end

@@ -50,12 +50,13 @@ for i = 1, n do
     end
     keyed = {
       rate = tonumber(c[1]), per_ms = tonumber(c[2]), burst = tonumber(c[3]),
-      gen = c[4], ver = c[5] or '0',
+      gen = c[4], ver = c[5] or '0', text = {c[1], c[2], c[3]},
     }
   elseif ARGV[at + 1] ~= '' then
     keyed = {
       rate = tonumber(ARGV[at + 1]), per_ms = tonumber(ARGV[at + 2]),
       burst = tonumber(ARGV[at + 3]), gen = ARGV[at + 4], ver = ARGV[at + 5],
+      text = {ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]},
     }
   end
   local limiter = load_bucket(KEYS[i], keyed)
