@@ -51,10 +51,16 @@ if wait > tonumber(ARGV[2]) then
   return with_config({0, wait, available(lag(limiter.tat, limiter.frac))}, limiter)
 end
 store_lag(after, limiter, ARGV[3])
+-- A record's text is made only where a key keeps it (formatting its
+-- numbers was a tenth of an acquire's cost in Redis).
 if wait == 0 then
   local a = available(after)
-  idem_record(limiter.gen .. '|' .. int(now) .. '|' .. k .. '|' .. a, ARGV[4])
+  if IDEM_KEYED then
+    idem_record(limiter.gen .. '|' .. int(now) .. '|' .. k .. '|' .. a, ARGV[4])
+  end
   return with_config({1, k, a}, limiter)
 end
-idem_record(limiter.gen .. '|' .. int(now + wait) .. '|' .. k, ARGV[4])
+if IDEM_KEYED then
+  idem_record(limiter.gen .. '|' .. int(now + wait) .. '|' .. k, ARGV[4])
+end
 return with_config({2, k, wait, limiter.gen, now + wait}, limiter)
