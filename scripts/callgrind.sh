@@ -16,8 +16,10 @@
 #   CALLGRIND_KEEP=DIR scripts/callgrind.sh  # keep the callgrind.out files
 #                                            # (for callgrind_annotate) in DIR
 #   CALLGRIND_KIND=semaphore scripts/callgrind.sh  # pairs of another
-#       primitive: lock (the default), semaphore (one permit of 64) or
-#       read (a read lock)
+#       primitive: lock (the default), semaphore (one permit of 64),
+#       read (a read lock), rate-limiter (one acquire of a shared bucket
+#       of 1 000 000 per second: a "pair" is that one acquire) or
+#       rate-limiter-key (the same with a key of its own per acquire)
 #
 # Instructions do not depend on the machine's load, so this is the
 # comparison of two builds that a shared, noisy machine cannot swamp. The
@@ -33,9 +35,9 @@ few=200
 many=1200
 kind=${CALLGRIND_KIND:-lock}
 case "$kind" in
-lock | semaphore | read) ;;
+lock | semaphore | read | rate-limiter | rate-limiter-key) ;;
 *)
-    echo "CALLGRIND_KIND must be lock, semaphore or read, not $kind" >&2
+    echo "CALLGRIND_KIND must be lock, semaphore, read, rate-limiter or rate-limiter-key, not $kind" >&2
     exit 2
     ;;
 esac
@@ -80,13 +82,21 @@ base = {
     "lock": "/locks/callgrind",
     "semaphore": "/semaphores/callgrind",
     "read": "/rwlocks/callgrind",
+    "rate-limiter": "/rate-limiters/callgrind",
+    "rate-limiter-key": "/rate-limiters/callgrind",
 }[kind]
 acquire = base + ("/read/acquire" if kind == "read" else "/acquire")
 if kind == "semaphore":
     ask("PUT", base, b'{"permits":64}', 200)
-for _ in range(pairs):
-    ask("POST", acquire, b'{"holder":"callgrind-1"}', 201)
-    ask("DELETE", base + "/holders/callgrind-1", None, 200)
+if kind.startswith("rate-limiter"):
+    ask("PUT", base, b'{"rate":1000000,"per_ms":1000,"burst":1000}', 200)
+    for i in range(pairs):
+        key = f',"key":"user-{i}"' if kind == "rate-limiter-key" else ""
+        ask("POST", acquire, f'{{"permits":1{key}}}'.encode(), 200)
+else:
+    for _ in range(pairs):
+        ask("POST", acquire, b'{"holder":"callgrind-1"}', 201)
+        ask("DELETE", base + "/holders/callgrind-1", None, 200)
 for _ in range(gets):
     ask("GET", "/healthz", None, 200)
 conn.close()
