@@ -24,10 +24,10 @@
 //!   (`scripts/rl_record.lua`); expires after [`IDEMPOTENCY_MS`]
 //! - `{prefix}{n|<h>}:rlk:<key>`  the bucket of the acquires that name
 //!   `key` (`<h>`: a hash of the key, so that a limiter's keys spread
-//!   over a Redis Cluster's slots; `|` is never in a name): the same
-//!   fields plus the configuration it runs under (`scripts/rl.lua`'s
-//!   `load_limiter`); it expires once full again, so an idle key takes no
-//!   memory
+//!   over a Redis Cluster's slots; `|` is never in a name): a string of
+//!   the same fields and the configuration it runs under (`scripts/rl.lua`'s
+//!   `KEY_BUCKET` and `load_limiter`); it expires once full again, so an
+//!   idle key takes no memory
 //! - `{prefix}{n|<h>}:rli:<len>:<key>:<idem>`  a key's `Idempotency-Key`
 //!   records (never a bucket's name: those are all `…:rlk:…`)
 //!

@@ -224,9 +224,9 @@ async fn ten_thousand_keys_leave_nothing_behind_once_full_again() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let keys: Vec<String> = conn.keys("*").await.unwrap();
     for key in keys.iter().filter(|k| k.contains(":rlk:")) {
-        let fields: Vec<(String, String)> = conn.hgetall(key).await.unwrap();
+        let value: Option<String> = conn.get(key).await.unwrap();
         let ttl: i64 = conn.pttl(key).await.unwrap();
-        eprintln!("LEFT {key}: {fields:?}, PTTL {ttl}");
+        eprintln!("LEFT {key}: {value:?}, PTTL {ttl}");
     }
     assert_eq!(keys, ["latchkey:{many}:rl"]);
     let cleared = eventually(Duration::from_secs(5), || {
@@ -239,6 +239,90 @@ async fn ten_thousand_keys_leave_nothing_behind_once_full_again() {
     .await;
     assert!(cleared, "expired buckets are removed from memory");
     assert_eq!(available(&app, "many", Some("user-7")).await, 1000);
+}
+
+/// A key's acquire asks Redis for the limiter's configuration, the time,
+/// the key's bucket (one GET) and writes it back with its expiry (one
+/// SET): a bucket kept as a hash took an HMGET, an HSET and a PEXPIRE.
+/// The same whether the key has no bucket yet or one that is not full.
+#[tokio::test]
+async fn a_keys_acquire_reads_and_writes_its_bucket_with_one_command_each() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut conn = redis_conn(&redis).await;
+    let config = json!({"rate": 1, "per_ms": 60_000, "burst": 3});
+    configure(&app, "calls", config).await;
+    for available in [2, 1] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let grant = admitted(&app, "calls", json!({"key": "k"})).await;
+        assert_eq!(grant, json!({"permits": 1, "available": available}));
+        let calls = crate::scripts::script_commands(&mut conn).await;
+        let want: std::collections::BTreeMap<String, u64> =
+            [("hmget", 1), ("time", 1), ("get", 1), ("set", 1)]
+                .map(|(c, n)| (c.to_string(), n))
+                .into();
+        assert_eq!(calls, want, "with {available} left after it");
+    }
+}
+
+/// A key's bucket that an earlier version left in Redis as a hash (its
+/// fields: rate, per_ms, burst, gen, ver, tat, frac, last) is read as it
+/// stands, and the next write replaces it with today's string, with an
+/// expiry.
+#[tokio::test]
+async fn a_keys_bucket_left_as_a_hash_by_an_earlier_version_is_read_and_replaced() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut conn = redis_conn(&redis).await;
+    let config = json!({"rate": 1, "per_ms": 60_000, "burst": 2});
+    configure(&app, "old", config).await;
+    // The bucket's name, from a first acquire.
+    admitted(&app, "old", json!({"key": "k"})).await;
+    let buckets: Vec<String> = conn.keys("*:rlk:k").await.unwrap();
+    assert_eq!(buckets.len(), 1, "{buckets:?}");
+    let bucket = &buckets[0];
+    let (gen_, ver): (String, String) = redis::cmd("HMGET")
+        .arg("latchkey:{old}:rl")
+        .arg(&["gen", "ver"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let now_us = secs * 1_000_000 + micros;
+    // One permit of two taken (a permit is 60 s of emission time).
+    let _: () = conn.del(bucket).await.unwrap();
+    let fields = [
+        ("rate", "1".to_string()),
+        ("per_ms", "60000".to_string()),
+        ("burst", "2".to_string()),
+        ("gen", gen_),
+        ("ver", ver),
+        ("tat", (now_us + 60_000_000).to_string()),
+        ("frac", "0".to_string()),
+        ("last", "an-earlier-attempt".to_string()),
+    ];
+    let _: () = conn.hset_multiple(bucket, &fields).await.unwrap();
+    let _: () = conn.pexpire(bucket, 60_000).await.unwrap();
+    assert_eq!(available(&app, "old", Some("k")).await, 1, "read as a hash");
+    let grant = admitted(&app, "old", json!({"key": "k"})).await;
+    assert_eq!(grant, json!({"permits": 1, "available": 0}));
+    let kind: String = redis::cmd("TYPE")
+        .arg(bucket)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "string", "replaced by the write");
+    let ttl: i64 = conn.pttl(bucket).await.unwrap();
+    assert!(
+        (60_000..=120_002).contains(&ttl),
+        "it expires once full: {ttl}"
+    );
+    let problem = limited(&app, "old", json!({"key": "k"})).await;
+    assert_eq!(problem["available"], 0, "{problem}");
 }
 
 /// 4. A PUT on one instance reaches every key on another within 1 s: the

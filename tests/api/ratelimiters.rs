@@ -634,29 +634,75 @@ async fn an_idempotency_key_counts_once_and_a_retry_waits_for_the_same_reservati
 
 /// A waiter whose client leaves gives its reservation back (when nothing
 /// was reserved after it): the permits are admitted to the next comer.
+/// The same for a key's bucket.
 #[tokio::test]
 async fn a_waiter_that_leaves_gives_its_reservation_back() {
     let redis = redis();
     let app = spawn_app(test_config(&redis)).await;
+    for (name, body) in [("leave", json!({})), ("leave-key", json!({"key": "k"}))] {
+        configure(&app, name, json!({"rate": 1, "per_ms": 1000, "burst": 1})).await;
+        admitted(&app, name, body.clone()).await;
+        let started = Instant::now();
+        let mut waits = body.clone();
+        waits["wait_ms"] = json!(5000);
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(200), acquire(&app, name, waits)).await;
+        assert!(gave_up.is_err(), "{name}: it waited");
+        // Its permit was due at 1 s; without the give-back the next would
+        // be at 2 s.
+        tokio::time::sleep_until((started + Duration::from_millis(1100)).into()).await;
+        let grant = admitted(&app, name, body).await;
+        assert_eq!(grant["available"], 0, "{name}");
+    }
+}
+
+/// A key's waiter admitted at its reserved time settles the reservation:
+/// the key's bucket forgets it as its last acquire (no give-back can take
+/// it back any more), and keeps its lag and its expiry.
+#[tokio::test]
+async fn a_keys_settled_reservation_is_no_longer_its_buckets_last_acquire() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    let mut conn = redis_conn(&redis).await;
     configure(
         &app,
-        "leave",
+        "settle",
         json!({"rate": 1, "per_ms": 1000, "burst": 1}),
     )
     .await;
-    admitted(&app, "leave", json!({})).await;
-    let started = Instant::now();
-    let gave_up = tokio::time::timeout(
-        Duration::from_millis(200),
-        acquire(&app, "leave", json!({"wait_ms": 5000})),
-    )
-    .await;
-    assert!(gave_up.is_err(), "it waited");
-    // Its permit was due at 1 s; without the give-back the next would be
-    // at 2 s.
-    tokio::time::sleep_until((started + Duration::from_millis(1100)).into()).await;
-    let grant = admitted(&app, "leave", json!({})).await;
-    assert_eq!(grant["available"], 0);
+    admitted(&app, "settle", json!({"key": "k"})).await;
+    let buckets: Vec<String> = conn.keys("*:rlk:k").await.unwrap();
+    let bucket = buckets.first().expect("the key's bucket").clone();
+    let fields = |conn: &mut redis::aio::MultiplexedConnection| {
+        let (mut conn, bucket) = (conn.clone(), bucket.clone());
+        async move {
+            let value: String = conn.get(&bucket).await.unwrap();
+            value.split(' ').map(str::to_string).collect::<Vec<_>>()
+        }
+    };
+    let first = fields(&mut conn).await;
+    assert_eq!(
+        first.len(),
+        8,
+        "rate per_ms burst gen ver tat frac last: {first:?}"
+    );
+    let waiter = app.spawn_post(
+        "/rate-limiters/settle/acquire",
+        json!({"key": "k", "wait_ms": 5000}),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reserved = fields(&mut conn).await;
+    assert_eq!(reserved.len(), 8, "{reserved:?}");
+    assert_ne!(reserved[7], first[7], "the reservation is the last acquire");
+    let answer = waiter.await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK, "{:?}", answer.text().await);
+    let settled = fields(&mut conn).await;
+    assert_eq!(settled, reserved[..7], "only `last` is gone");
+    let ttl: i64 = conn.pttl(&bucket).await.unwrap();
+    assert!(
+        (1..=1002).contains(&ttl),
+        "it still expires once full: {ttl}"
+    );
 }
 
 /// However many acquires, a limiter is one hash of a few fields: no key

@@ -864,7 +864,7 @@ async fn a_release_that_nobody_waits_behind_reads_no_queue() {
 
 /// Every Redis command the scripts ran since the last `CONFIG RESETSTAT`,
 /// the script calls themselves and the test's own commands left out.
-async fn script_commands(
+pub(crate) async fn script_commands(
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> std::collections::BTreeMap<String, u64> {
     let mut called = commands_called(conn).await;

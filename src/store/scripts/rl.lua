@@ -190,6 +190,40 @@ local function carry_over(old, rate, per_ms, burst)
   return add(BT, owed)
 end
 
+-- A key's bucket is one string: its fields as text, separated by single
+-- spaces, in this order (`last` only while there is one):
+--   rate per_ms burst gen ver tat frac [last]
+-- A string is made, and given its expiry, by one SET; a hash took an
+-- HSET and a PEXPIRE, and a read of it an HMGET of seven fields (the
+-- book's benchmark chapter, "A key's bucket is one string"). Earlier
+-- versions kept it as a hash of those fields: such a bucket, left in
+-- Redis by one of them, is read as a hash, and the next write replaces it
+-- with the string.
+local KEY_BUCKET = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*)$'
+
+-- The fields of the key's bucket in `key` as text, in the order above,
+-- or nil when it has none.
+local function read_key_bucket(key)
+  local s = redis.pcall('GET', key)
+  if type(s) == 'table' and s.err then
+    if not string.find(s.err, '^WRONGTYPE') then
+      error(s)
+    end
+    -- A hash an earlier version wrote.
+    local c = redis.call('HMGET', key, 'rate', 'per_ms', 'burst', 'gen', 'ver', 'tat', 'frac',
+      'last')
+    return c[1] and c or nil
+  end
+  if not s then
+    return nil
+  end
+  local c = {string.match(s, KEY_BUCKET)}
+  if not c[1] then
+    error(redis.error_reply('ERR ' .. key .. ' is not a latchkey rate-limit bucket: ' .. s))
+  end
+  return c
+end
+
 -- The bucket in `key`, configured for the arithmetic above, or nil; a
 -- key's bucket when `keyed` is the configuration its caller knows.
 --
@@ -224,9 +258,9 @@ local function load_bucket(key, keyed)
     configure(l.rate, l.per_ms, l.burst)
     return l
   end
-  local c = redis.call('HMGET', key, 'rate', 'per_ms', 'burst', 'tat', 'frac', 'gen', 'ver')
+  local c = read_key_bucket(key)
   local gen, ver = tonumber(keyed.gen), tonumber(keyed.ver)
-  if not c[1] then
+  if not c then
     configure(keyed.rate, keyed.per_ms, keyed.burst)
     return {
       rate = keyed.rate, per_ms = keyed.per_ms, burst = keyed.burst,
@@ -234,10 +268,12 @@ local function load_bucket(key, keyed)
       text = keyed.text, ver_text = keyed.ver,
     }
   end
+  -- (A hash an earlier version wrote before versions were counted has no
+  -- `ver`: version 0.)
   local l = {
     rate = tonumber(c[1]), per_ms = tonumber(c[2]), burst = tonumber(c[3]),
-    tat = tonumber(c[4]), frac = tonumber(c[5]), gen = c[6], ver = tonumber(c[7]),
-    text = {c[1], c[2], c[3]}, ver_text = c[7] or nil,
+    gen = c[4], ver = tonumber(c[5] or 0), tat = tonumber(c[6]), frac = tonumber(c[7]),
+    last = c[8] ~= '' and c[8] or nil, text = {c[1], c[2], c[3]}, ver_text = c[5] or nil,
   }
   configure(l.rate, l.per_ms, l.burst)
   local older = tonumber(l.gen) < gen
@@ -254,40 +290,40 @@ local function load_bucket(key, keyed)
 end
 
 -- Stores tat = now + the lag l in bucket `key` (`limiter`, as loaded),
--- and `last`, when given, as its last acquire.
+-- and `last`, when given, as its last acquire; without it the bucket
+-- forgets its last acquire (it can no longer be given back).
 --
 -- A key's bucket also stores the configuration it runs under, and lives
 -- only until it is full again (tat has passed): then it expires, and the
 -- key occupies no memory (a full bucket is what a key without one reads
--- as). A carried-over bucket forgets its last acquire.
+-- as).
 local function store_bucket(key, keyed, l, limiter, last)
-  local fields = {'tat', int(now + l[1]), 'frac', int(l[2])}
-  if last then
-    fields[5], fields[6] = 'last', last
-  end
   if not keyed then
-    redis.call('HSET', key, unpack(fields))
+    if last then
+      redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]), 'last', last)
+    else
+      redis.call('HSET', key, 'tat', int(now + l[1]), 'frac', int(l[2]))
+      redis.call('HDEL', key, 'last')
+    end
     return
   end
   if l[1] == 0 and l[2] == 0 then
     redis.call('DEL', key)
     return
   end
-  -- The configuration as the text it was read as, where there is one:
-  -- Redis formats each number a script passes it (about 2 000
-  -- instructions a number, the book's benchmark chapter), and copies text.
+  -- The configuration as the text it was read as, where there is one
+  -- (nothing to format); a number is formatted whole (`int`): Lua's own
+  -- formatting puts large ones in exponent form.
   local t = limiter.text or {}
-  redis.call('HSET', key, 'rate', t[1] or limiter.rate, 'per_ms', t[2] or limiter.per_ms,
-    'burst', t[3] or limiter.burst, 'gen', limiter.gen, 'ver', limiter.ver_text or limiter.ver,
-    unpack(fields))
-  if limiter.carried and not last then
-    redis.call('HDEL', key, 'last')
-  end
-  -- The expiry comes last: nothing written after it could outlive it
-  -- (a write to an expired key would make a new one, without a TTL).
-  -- Full again once tat has passed: within this many ms from now (one
-  -- more than needed: the ms Redis expires in may have begun before TIME).
-  redis.call('PEXPIRE', key, math.floor(l[1] / 1000) + 2)
+  local fields = {t[1] or int(limiter.rate), t[2] or int(limiter.per_ms),
+    t[3] or int(limiter.burst), limiter.gen, limiter.ver_text or int(limiter.ver),
+    int(now + l[1]), int(l[2]), last}
+  -- The value and its expiry in one command: nothing written after the
+  -- expiry could outlive it (a write to an expired key would make a new
+  -- one, without a TTL). Full again once tat has passed: within this many
+  -- ms from now (one more than needed: the ms Redis expires in may have
+  -- begun before TIME).
+  redis.call('SET', key, table.concat(fields, ' '), 'PX', math.floor(l[1] / 1000) + 2)
 end
 
 -- `reply` with the configuration `limiter` runs under appended (rate,
@@ -310,4 +346,23 @@ end
 
 local function store_lag(l, limiter, last)
   store_bucket(KEYS[1], KEYED, l, limiter, last)
+end
+
+-- The attempt id of the script's bucket's last acquire (`last`), or nil.
+local function last_acquire(limiter)
+  if KEYED then
+    return limiter.last
+  end
+  return redis.call('HGET', KEYS[1], 'last') or nil
+end
+
+-- The script's bucket forgets its last acquire, which can then no longer
+-- be given back; its lag stays as it is. (A key's bucket is written whole
+-- again, with no `last`.)
+local function forget_last(limiter)
+  if KEYED then
+    store_lag(lag(limiter.tat, limiter.frac), limiter)
+  else
+    redis.call('HDEL', KEYS[1], 'last')
+  end
 end

@@ -16,7 +16,7 @@
 -- reconfiguration (it clears `last` too; a key's bucket carried over to
 -- a new configuration here and now counts as one).
 local limiter = load_limiter()
-if not limiter or limiter.carried or redis.call('HGET', KEYS[1], 'last') ~= ARGV[1] then
+if not limiter or limiter.carried or last_acquire(limiter) ~= ARGV[1] then
   return 0
 end
 local l = lag(limiter.tat, limiter.frac)
@@ -26,6 +26,6 @@ if le(k, l) then
 else
   l = {0, 0}
 end
+-- (Stored without `last`: the bucket forgets it.)
 store_lag(l, limiter)
-redis.call('HDEL', KEYS[1], 'last')
 return 1

@@ -23,12 +23,12 @@ local old = load_limiter()
 local l = {0, 0}
 if old then
   l = carry_over(old, rate, per_ms, burst)
-  redis.call('HDEL', KEYS[1], 'last')
 else
   configure(rate, per_ms, burst)
   redis.call('HSET', KEYS[1], 'gen', int(now))
 end
 redis.call('HSET', KEYS[1], 'rate', ARGV[1], 'per_ms', ARGV[2], 'burst', ARGV[3])
 local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
+-- (Stored without `last`: the limiter forgets it.)
 store_lag(l)
 return {available(l), redis.call('HGET', KEYS[1], 'gen'), ver}

@@ -35,8 +35,8 @@ local slot = tonumber(ARGV[2])
 if now < slot then
   return {0, slot - now}
 end
-if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'last') == ARGV[3] then
-  redis.call('HDEL', KEYS[1], 'last')
+if ARGV[3] ~= '' and last_acquire(limiter) == ARGV[3] then
+  forget_last(limiter)
 end
 if record and record.gen == ARGV[1] and record.slot == slot then
   return with_config({1, rl_answered(record, limiter)}, limiter)
