@@ -130,8 +130,9 @@ impl Settings {
              at its default settings (log level info; max_waiters and max_wait_ms raised for \
              the parked runs only; one more instance at log level warn for the extra \
              `/healthz` row) on loopback; \
-             {} interleaved rounds per figure, medians; throughput rounds {:?} after {:?} \
-             warm-up; handoff runs {:?}; {} latch fan-outs per round (after one warm-up); \
+             {} interleaved rounds per figure, medians; throughput rounds {:?} (every kind \
+             twice, in order then in reverse, half of it each, after {:?} of warm-up each); \
+             handoff runs {:?}; {} latch fan-outs per round (after one warm-up); \
              {} parked requests on a fresh server per round{}",
             self.rounds,
             self.throughput.measure,

@@ -31,12 +31,17 @@
 //!   nothing else — what axum and redis-rs cost together, without
 //!   latchkey's code.
 //!
-//! The kinds' rounds are interleaved ([`Kind::all`] in order, round after
-//! round) and each figure is the median over rounds, so all columns of a
-//! row see the same noise; each round's own figures are kept too
-//! ([`Row::each_round`]): round i of every kind saw the same noise, and the
-//! goals are judged round by round. Redis's CPU per script call is read
-//! after every round (`CONFIG RESETSTAT` before it).
+//! The kinds' rounds are interleaved and each figure is the median over
+//! rounds, so all columns of a row see the same noise; each round's own
+//! figures are kept too ([`Row::each_round`]), and the goals are judged
+//! round by round. Within a round every kind runs twice, for half the
+//! round's length each: [`Kind::all`] in order, then in reverse (A B … B
+//! A), and its figures are those of both halves together. So two kinds
+//! compared in a round, however far apart in the order, ran at the same
+//! mean time: a machine that speeds up or slows down over the round
+//! moves both alike, where one pass in order gave the first kind the
+//! round's start and the last its end. Redis's CPU per script call is
+//! read after every half (`CONFIG RESETSTAT` before it).
 //!
 //! [`floors`]: crate::floors
 
@@ -77,6 +82,48 @@ pub struct Round {
     /// Percent of a core used by each of [`Watch::labels`] while measuring.
     pub busy: Vec<f64>,
     pub errors: Vec<String>,
+    /// Operations counted, over `elapsed`.
+    pub ops: u64,
+    pub elapsed: Duration,
+    /// Each step's latencies (what `step_p50_us` was taken from).
+    pub steps: Vec<Vec<Duration>>,
+}
+
+impl Round {
+    /// Two measurements of the same kind as one: their operations over
+    /// their time together, the p50s of their latencies together, the
+    /// busy % weighted by their time.
+    pub fn merge(self, other: Round) -> Round {
+        let elapsed = self.elapsed + other.elapsed;
+        let (a, b) = (
+            self.elapsed.as_secs_f64() / elapsed.as_secs_f64(),
+            other.elapsed.as_secs_f64() / elapsed.as_secs_f64(),
+        );
+        let mut steps = self.steps;
+        steps.resize_with(steps.len().max(other.steps.len()), Vec::new);
+        steps
+            .iter_mut()
+            .zip(other.steps)
+            .for_each(|(s, o)| s.extend(o));
+        let busy = (0..self.busy.len().max(other.busy.len()))
+            .map(|i| {
+                let x = |v: &Vec<f64>| v.get(i).copied().unwrap_or(f64::NAN);
+                x(&self.busy) * a + x(&other.busy) * b
+            })
+            .collect();
+        let mut errors = self.errors;
+        errors.extend(other.errors);
+        let ops = self.ops + other.ops;
+        Round {
+            per_s: ops as f64 / elapsed.as_secs_f64(),
+            step_p50_us: steps.iter_mut().map(|s| percentile_us(s, 50.0)).collect(),
+            busy,
+            errors,
+            ops,
+            elapsed,
+            steps,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -118,11 +165,15 @@ pub async fn drive<O: Op>(ops: Vec<O>, timing: Timing, watch: &Watch) -> Round {
         steps.resize_with(steps.len().max(worker.len()), Vec::new);
         steps.iter_mut().zip(worker).for_each(|(s, w)| s.extend(w));
     }
+    let ops = shared.ops.load(Ordering::Relaxed);
     Round {
-        per_s: shared.ops.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64(),
+        per_s: ops as f64 / elapsed.as_secs_f64(),
         step_p50_us: steps.iter_mut().map(|s| percentile_us(s, 50.0)).collect(),
         busy: watch.between(&cpu_start, &cpu_end),
         errors,
+        ops,
+        elapsed,
+        steps,
     }
 }
 
@@ -506,24 +557,60 @@ impl Targets {
     }
 
     /// Runs `round` between a stats reset and a read of Redis's CPU time
-    /// per script call (NaN when there was none, or the read failed:
-    /// then the error is kept).
-    pub async fn with_redis_cpu(&self, round: impl Future<Output = Round>) -> (Round, f64) {
+    /// per script call and the calls it is over (NaN and 0 when there was
+    /// none, or the read failed: then the error is kept).
+    pub async fn with_redis_cpu(&self, round: impl Future<Output = Round>) -> (Round, RedisCpu) {
         let reset = self.admin.reset_stats().await;
         let mut round = round.await;
         match reset.and(self.admin.scripts().await) {
-            Ok(stats) if stats.calls == 0 => (round, f64::NAN),
-            Ok(stats) => (round, stats.usec_per_call),
+            Ok(stats) if stats.calls == 0 => (round, RedisCpu::NONE),
+            Ok(stats) => (
+                round,
+                RedisCpu {
+                    usec_per_call: stats.usec_per_call,
+                    calls: stats.calls,
+                },
+            ),
             Err(e) => {
                 round.errors.push(e);
-                (round, f64::NAN)
+                (round, RedisCpu::NONE)
             }
         }
     }
 }
 
+/// Redis's CPU µs per script call over a measurement, and the calls.
+#[derive(Clone, Copy, Debug)]
+pub struct RedisCpu {
+    pub usec_per_call: f64,
+    pub calls: u64,
+}
+
+impl RedisCpu {
+    const NONE: RedisCpu = RedisCpu {
+        usec_per_call: f64::NAN,
+        calls: 0,
+    };
+
+    /// Over two measurements together.
+    fn merge(self, other: RedisCpu) -> RedisCpu {
+        match (self.calls, other.calls) {
+            (0, _) => other,
+            (_, 0) => self,
+            (a, b) => RedisCpu {
+                usec_per_call: (self.usec_per_call * a as f64 + other.usec_per_call * b as f64)
+                    / (a + b) as f64,
+                calls: a + b,
+            },
+        }
+    }
+}
+
 /// Interleaved rounds of every kind at concurrency `c` (at most
-/// [`SEM_PERMITS`]); medians, and each round's figures.
+/// [`SEM_PERMITS`]); medians, and each round's figures. A round runs
+/// every kind in order, then in reverse, each for half of
+/// `timing.measure` (after its own warm-up), and a kind's figures in the
+/// round are those of its two halves together.
 pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Row {
     let mut per_kind: BTreeMap<Kind, Vec<Figures>> = BTreeMap::new();
     let mut per_round = Vec::new();
@@ -532,15 +619,30 @@ pub async fn measure(t: &Targets, c: usize, rounds: usize, timing: Timing) -> Ro
         errors.push(format!("setting up c={c}: {e}"));
     }
     let kinds = Kind::all();
+    let half = Timing {
+        warm_up: timing.warm_up,
+        measure: timing.measure / 2,
+    };
     for _ in 0..rounds {
+        let mut halves: BTreeMap<Kind, (Round, RedisCpu)> = BTreeMap::new();
+        for &kind in kinds.iter().chain(kinds.iter().rev()) {
+            let (round, cpu) = t.with_redis_cpu(t.round(kind, c, half)).await;
+            let both = match halves.remove(&kind) {
+                Some((first, first_cpu)) => (first.merge(round), first_cpu.merge(cpu)),
+                None => (round, cpu),
+            };
+            halves.insert(kind, both);
+        }
         let mut this_round = Vec::new();
         for &kind in &kinds {
-            let (round, redis_us) = t.with_redis_cpu(t.round(kind, c, timing)).await;
+            let Some((round, cpu)) = halves.remove(&kind) else {
+                continue;
+            };
             let step = |i: usize| round.step_p50_us.get(i).copied().unwrap_or(f64::NAN);
             let figures = Figures {
                 per_s: round.per_s,
                 step_p50_us: [step(0), step(1)],
-                redis_us,
+                redis_us: cpu.usec_per_call,
                 busy: round.busy.clone(),
             };
             this_round.push((kind, figures.clone()));
