@@ -690,10 +690,19 @@ async fn a_keys_settled_reservation_is_no_longer_its_buckets_last_acquire() {
         "/rate-limiters/settle/acquire",
         json!({"key": "k", "wait_ms": 5000}),
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The reservation, for ~1 s from the first acquire, is the last
+    // acquire as soon as it is made.
+    let reserved_in_time = eventually(Duration::from_millis(800), || {
+        let (fields, mut conn, first) = (&fields, conn.clone(), first.clone());
+        async move {
+            let now = fields(&mut conn).await;
+            now.len() == 8 && now[7] != first[7]
+        }
+    })
+    .await;
+    assert!(reserved_in_time, "the reservation is the last acquire");
     let reserved = fields(&mut conn).await;
     assert_eq!(reserved.len(), 8, "{reserved:?}");
-    assert_ne!(reserved[7], first[7], "the reservation is the last acquire");
     let answer = waiter.await.unwrap();
     assert_eq!(answer.status(), StatusCode::OK, "{:?}", answer.text().await);
     let settled = fields(&mut conn).await;
