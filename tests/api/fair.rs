@@ -285,11 +285,7 @@ async fn scripts_per_handoff(redis: &latchkey::devredis::RedisServer, name: &str
         wait_for_fair_waiters(&app, name, i + 1).await;
     }
     let mut conn = redis_conn(redis).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    reset_command_stats(&mut conn).await;
     fair_release(&app, name, "owner").await;
     for w in waiting {
         w.await.unwrap();

@@ -691,6 +691,15 @@ async fn delayed(
     tokio::join!(read, write);
 }
 
+/// `CONFIG RESETSTAT`: the counts [`commands_called`] reads start again.
+pub async fn reset_command_stats(conn: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 /// The calls of each Redis command (`INFO commandstats`, names in lower
 /// case) since the last `CONFIG RESETSTAT`.
 pub async fn commands_called(

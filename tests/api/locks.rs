@@ -306,11 +306,7 @@ async fn a_handoff_between_local_waiters_costs_one_release_and_one_granted_try()
         app.wait_for_waiters("turns", i + 1).await;
     }
     let mut conn = redis_conn(&redis).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    reset_command_stats(&mut conn).await;
     let released = app.release("turns", "owner").await;
     assert_eq!(released.status(), 200);
     for task in tasks {

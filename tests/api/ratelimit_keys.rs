@@ -241,6 +241,14 @@ async fn ten_thousand_keys_leave_nothing_behind_once_full_again() {
     assert_eq!(available(&app, "many", Some("user-7")).await, 1000);
 }
 
+/// The Redis key of the bucket of rate-limit key `key` (there must be
+/// exactly one).
+pub(crate) async fn key_bucket(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    let buckets: Vec<String> = conn.keys(format!("*:rlk:{key}")).await.unwrap();
+    assert_eq!(buckets.len(), 1, "{buckets:?}");
+    buckets.into_iter().next().unwrap()
+}
+
 /// A key's acquire asks Redis for the limiter's configuration, the time,
 /// the key's bucket (one GET) and writes it back with its expiry (one
 /// SET): a bucket kept as a hash took an HMGET, an HSET and a PEXPIRE.
@@ -253,11 +261,7 @@ async fn a_keys_acquire_reads_and_writes_its_bucket_with_one_command_each() {
     let config = json!({"rate": 1, "per_ms": 60_000, "burst": 3});
     configure(&app, "calls", config).await;
     for available in [2, 1] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        reset_command_stats(&mut conn).await;
         let grant = admitted(&app, "calls", json!({"key": "k"})).await;
         assert_eq!(grant, json!({"permits": 1, "available": available}));
         let mut calls = crate::scripts::script_commands(&mut conn).await;
@@ -284,9 +288,7 @@ async fn a_keys_bucket_left_as_a_hash_by_an_earlier_version_is_read_and_replaced
     configure(&app, "old", config).await;
     // The bucket's name, from a first acquire.
     admitted(&app, "old", json!({"key": "k"})).await;
-    let buckets: Vec<String> = conn.keys("*:rlk:k").await.unwrap();
-    assert_eq!(buckets.len(), 1, "{buckets:?}");
-    let bucket = &buckets[0];
+    let bucket = &key_bucket(&mut conn, "k").await;
     let (gen_, ver): (String, String) = redis::cmd("HMGET")
         .arg("latchkey:{old}:rl")
         .arg(&["gen", "ver"])

@@ -671,8 +671,7 @@ async fn a_keys_settled_reservation_is_no_longer_its_buckets_last_acquire() {
     )
     .await;
     admitted(&app, "settle", json!({"key": "k"})).await;
-    let buckets: Vec<String> = conn.keys("*:rlk:k").await.unwrap();
-    let bucket = buckets.first().expect("the key's bucket").clone();
+    let bucket = crate::ratelimit_keys::key_bucket(&mut conn, "k").await;
     let fields = |conn: &mut redis::aio::MultiplexedConnection| {
         let (mut conn, bucket) = (conn.clone(), bucket.clone());
         async move {

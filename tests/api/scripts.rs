@@ -848,11 +848,7 @@ async fn a_release_that_nobody_waits_behind_reads_no_queue() {
     ] {
         let granted = app.post(acquire, serde_json::json!({"holder": "h1"})).await;
         assert_eq!(granted.status(), 201, "{acquire}");
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        reset_command_stats(&mut conn).await;
         let released = app.client.delete(app.url(release)).send().await.unwrap();
         assert_eq!(released.status(), 200, "{release}");
         let body: serde_json::Value = released.json().await.unwrap();
@@ -898,25 +894,15 @@ async fn a_pair_that_nobody_waits_behind_asks_redis_only_what_it_changes() {
             .await;
         assert_eq!(granted.status(), 201);
     }
-    let reset = |conn: &mut redis::aio::MultiplexedConnection| {
-        let mut conn = conn.clone();
-        async move {
-            let _: () = redis::cmd("CONFIG")
-                .arg("RESETSTAT")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
-    };
     let pair = |acquire: &'static str, release: &'static str| {
         let app = &app;
         let mut conn = conn.clone();
         async move {
-            reset(&mut conn).await;
+            reset_command_stats(&mut conn).await;
             let granted = app.post(acquire, serde_json::json!({"holder": "h1"})).await;
             assert_eq!(granted.status(), 201, "{acquire}");
             let acquired = script_commands(&mut conn).await;
-            reset(&mut conn).await;
+            reset_command_stats(&mut conn).await;
             let released = app.client.delete(app.url(release)).send().await.unwrap();
             assert_eq!(released.status(), 200, "{release}");
             (acquired, script_commands(&mut conn).await)

@@ -995,11 +995,7 @@ async fn a_grant_within_what_the_holds_outlive_extends_nothing() {
     );
 
     // Leases that end by then: no PEXPIRE at all.
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    reset_command_stats(&mut conn).await;
     for holder in ["c", "d", "e"] {
         granted(acquire(&app, "k", json!({"holder": holder, "lease_ms": 15000})).await).await;
     }

@@ -219,7 +219,8 @@ local function read_key_bucket(key)
   end
   local c = {string.match(s, KEY_BUCKET)}
   if not c[1] then
-    error(redis.error_reply('ERR ' .. key .. ' is not a latchkey rate-limit bucket: ' .. s))
+    -- (Neither the key, which names a user's key, nor its value is told.)
+    error(redis.error_reply('ERR a rate-limit key bucket holds a value latchkey did not write'))
   end
   return c
 end
