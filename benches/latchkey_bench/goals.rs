@@ -285,7 +285,7 @@ fn stack_latency(r: &throughput::Row) -> Goal {
 pub fn of(report: &Report) -> Vec<Goal> {
     let at = |c: usize| report.throughput.iter().find(|r| r.c == c);
     let mut goals = at(C).map(throughput_goals).unwrap_or_default();
-    goals.extend(fanout_goals(&report.fanout));
+    goals.extend(report.fanout.iter().flat_map(fanout_goals));
     goals.extend(handoff_goals(&report.handoff));
     goals.extend(at(1).map(bound_goal));
     goals.extend(at(1).map(stack_latency));

@@ -75,10 +75,70 @@ const BASELINE: &str = "LATCHKEY_BENCH_BASELINE";
 /// Waiters of a latch fan-out (spread over two service instances).
 const FANOUT_WAITERS: usize = 100;
 
+/// The phases of a run, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Pairs, floors, `/healthz` and the stack floor at every concurrency.
+    Throughput,
+    /// RedLock and multi-lock pairs (and the baseline build's) next to
+    /// plain-lock pairs.
+    Alongside,
+    RateLimiters,
+    Handoff,
+    Fanout,
+    Parked,
+}
+
+impl Phase {
+    const ALL: [Phase; 6] = [
+        Phase::Throughput,
+        Phase::Alongside,
+        Phase::RateLimiters,
+        Phase::Handoff,
+        Phase::Fanout,
+        Phase::Parked,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Throughput => "throughput",
+            Phase::Alongside => "alongside",
+            Phase::RateLimiters => "rate-limiters",
+            Phase::Handoff => "handoff",
+            Phase::Fanout => "fanout",
+            Phase::Parked => "parked",
+        }
+    }
+
+    /// `LATCHKEY_BENCH_PHASES`: a comma-separated list of phase names, or
+    /// every phase when unset.
+    fn chosen(list: Option<&str>) -> Result<Vec<Phase>, String> {
+        let Some(list) = list else {
+            return Ok(Phase::ALL.to_vec());
+        };
+        let names: Vec<&str> = list.split(',').map(str::trim).collect();
+        let every = || Phase::ALL.map(Phase::name).join(", ");
+        for name in &names {
+            if !Phase::ALL.iter().any(|p| p.name() == *name) {
+                return Err(format!(
+                    "LATCHKEY_BENCH_PHASES: no phase {name:?} (the phases: {})",
+                    every()
+                ));
+            }
+        }
+        Ok(Phase::ALL
+            .into_iter()
+            .filter(|p| names.contains(&p.name()))
+            .collect())
+    }
+}
+
 /// How long and how often; see [`Settings::read`].
 #[derive(Debug)]
 struct Settings {
     quick: bool,
+    /// The phases to run ([`Phase::chosen`]).
+    phases: Vec<Phase>,
     rounds: usize,
     throughput: throughput::Timing,
     handoff: handoff::Timing,
@@ -96,8 +156,9 @@ impl Settings {
     /// everything. `LATCHKEY_BENCH_ROUNDS`, `LATCHKEY_BENCH_ROUND_MS` (one
     /// measured throughput round), `LATCHKEY_BENCH_HANDOFF_MS` (one handoff
     /// run), `LATCHKEY_BENCH_PARKED` (waiters parked) and
-    /// `LATCHKEY_BENCH_FANOUTS` (latch fan-outs per round) override either.
-    fn read() -> Settings {
+    /// `LATCHKEY_BENCH_FANOUTS` (latch fan-outs per round) override either;
+    /// `LATCHKEY_BENCH_PHASES` runs only the phases it names.
+    fn read() -> Result<Settings, String> {
         let quick = std::env::args().any(|a| a == "--quick")
             || std::env::var("LATCHKEY_BENCH_QUICK").is_ok_and(|v| v == "1");
         let pick = |name: &str, full: u64, fast: u64| {
@@ -105,8 +166,10 @@ impl Settings {
         };
         let round_ms = pick("LATCHKEY_BENCH_ROUND_MS", 1000, 200);
         let handoff_ms = pick("LATCHKEY_BENCH_HANDOFF_MS", 4000, 1000);
-        Settings {
+        let phases = std::env::var("LATCHKEY_BENCH_PHASES").ok();
+        Ok(Settings {
             quick,
+            phases: Phase::chosen(phases.as_deref())?,
             rounds: pick("LATCHKEY_BENCH_ROUNDS", 5, 1).max(1) as usize,
             throughput: throughput::Timing {
                 warm_up: Duration::from_millis(round_ms * 3 / 10),
@@ -118,7 +181,11 @@ impl Settings {
             },
             parked: pick("LATCHKEY_BENCH_PARKED", 10_000, 1_000).max(1) as usize,
             fanouts: pick("LATCHKEY_BENCH_FANOUTS", 20, 5).max(1) as usize,
-        }
+        })
+    }
+
+    fn runs(&self, phase: Phase) -> bool {
+        self.phases.contains(&phase)
     }
 }
 
@@ -133,14 +200,24 @@ impl Settings {
              {} interleaved rounds per figure, medians; throughput rounds {:?} (every kind \
              twice, in order then in reverse, half of it each, after {:?} of warm-up each); \
              handoff runs {:?}; {} latch fan-outs per round (after one warm-up); \
-             {} parked requests on a fresh server per round{}",
+             {} parked requests on a fresh server per round{}{}",
             self.rounds,
             self.throughput.measure,
             self.throughput.warm_up,
             self.handoff.run,
             self.fanouts,
             self.parked,
-            if self.quick { "; QUICK MODE" } else { "" }
+            if self.quick { "; QUICK MODE" } else { "" },
+            if self.phases.len() < Phase::ALL.len() {
+                let names: Vec<&str> = self.phases.iter().map(|p| p.name()).collect();
+                format!(
+                    "; ONLY THE PHASES {} (LATCHKEY_BENCH_PHASES): rows and goals of the others \
+                     are left out",
+                    names.join(", ")
+                )
+            } else {
+                String::new()
+            }
         )
     }
 }
@@ -149,7 +226,13 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(bare::MARKER) {
         return bare::serve();
     }
-    let settings = Settings::read();
+    let settings = match Settings::read() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("benchmark FAILED: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let placement = Placement::apply();
     let nofile = pinning::raise_nofile();
@@ -285,22 +368,34 @@ async fn phases(
         watch: watch(placement, children),
     };
     let mut throughput = Vec::new();
-    for c in CONCURRENCY {
+    let concurrency: &[usize] = match settings.runs(Phase::Throughput) {
+        true => &CONCURRENCY,
+        false => &[],
+    };
+    for &c in concurrency {
         throughput
             .push(throughput::measure(&targets, c, settings.rounds, settings.throughput).await);
     }
     let mut alongside = Vec::new();
     let (rounds, timing) = (settings.rounds, settings.throughput);
-    for kind in [alongside::Kind::RedLock, alongside::Kind::MultiLock] {
-        alongside.push(alongside::measure(&targets, kind, 16, rounds, timing).await);
-    }
-    if targets.baseline.is_some() {
-        for c in [16, 64] {
-            let kind = alongside::Kind::Baseline;
-            alongside.push(alongside::measure(&targets, kind, c, rounds, timing).await);
+    if settings.runs(Phase::Alongside) {
+        for kind in [alongside::Kind::RedLock, alongside::Kind::MultiLock] {
+            alongside.push(alongside::measure(&targets, kind, 16, rounds, timing).await);
+        }
+        if targets.baseline.is_some() {
+            for c in [16, 64] {
+                let kind = alongside::Kind::Baseline;
+                alongside.push(alongside::measure(&targets, kind, c, rounds, timing).await);
+            }
         }
     }
-    let (rate_limiters, rate_errors) = ratelimit::measure(&targets, rounds, timing).await;
+    let (sections, rate_errors) = match settings.runs(Phase::RateLimiters) {
+        true => {
+            let (rate_limiters, errors) = ratelimit::measure(&targets, rounds, timing).await;
+            (vec![rate_limiters], errors)
+        }
+        false => (Vec::new(), Vec::new()),
+    };
     let base = &children.service.base;
     let setup = handoff::Setup {
         client: client.clone(),
@@ -310,18 +405,26 @@ async fn phases(
         direct: Redis::connect(&children.redis_url).await?.conn(),
         bare: children.bare_url.clone(),
     };
-    let handoff = handoff::measure(&setup, &WAITERS, settings.rounds, settings.handoff).await;
+    let handoff = match settings.runs(Phase::Handoff) {
+        true => handoff::measure(&setup, &WAITERS, settings.rounds, settings.handoff).await,
+        false => Vec::new(),
+    };
     let bases = [base.clone(), children.second.base.clone()];
-    let fanout = fanout::measure(
-        &client,
-        &bases,
-        &children.bare_url,
-        (&admin, (&children.redis_url, &setup.direct)),
-        FANOUT_WAITERS,
-        settings.rounds,
-        settings.fanouts,
-    )
-    .await;
+    let fanout = match settings.runs(Phase::Fanout) {
+        true => Some(
+            fanout::measure(
+                &client,
+                &bases,
+                &children.bare_url,
+                (&admin, (&children.redis_url, &setup.direct)),
+                FANOUT_WAITERS,
+                settings.rounds,
+                settings.fanouts,
+            )
+            .await,
+        ),
+        false => None,
+    };
     let setup = parked::Setup {
         cpu: placement.server_cpu,
         redis_url: children.redis_url.clone(),
@@ -329,10 +432,13 @@ async fn phases(
         // Few: the allocator keeps what they freed for the measured run.
         warm_up: (settings.parked / 1000).max(10),
     };
-    let parked = parked::measure(&setup, settings.rounds).await;
+    let parked = match settings.runs(Phase::Parked) {
+        true => parked::measure(&setup, settings.rounds).await,
+        false => Vec::new(),
+    };
     let errors = (throughput.iter().flat_map(|r| r.errors.clone()))
         .chain(handoff.iter().flat_map(|r| r.errors.clone()))
-        .chain(fanout.errors.iter().cloned())
+        .chain(fanout.iter().flat_map(|r| r.errors.clone()))
         .chain(parked.iter().flat_map(|r| r.errors.clone()))
         .chain(alongside.iter().flat_map(|r| r.errors.clone()))
         .chain(rate_errors)
@@ -345,7 +451,7 @@ async fn phases(
         parked,
         alongside,
         // Later phases that add rows, goals and footnotes of their own.
-        sections: vec![rate_limiters],
+        sections,
         cpu_labels: targets.watch.labels(),
         errors,
     })

@@ -14,7 +14,8 @@ pub struct Report {
     pub notes: Vec<String>,
     pub throughput: Vec<throughput::Row>,
     pub handoff: Vec<handoff::Row>,
-    pub fanout: fanout::Row,
+    /// None when the phase did not run (`LATCHKEY_BENCH_PHASES`).
+    pub fanout: Option<fanout::Row>,
     pub parked: Vec<parked::Row>,
     /// Kinds measured next to plain locks.
     pub alongside: Vec<alongside::Row>,

@@ -499,22 +499,23 @@ fn footnotes(report: &Report) {
         );
     }
     growth_footnote(&report.handoff);
-    let f = &report.fanout;
-    println!(
-        "- latch fan-out: {} fan-outs counted; p99 from the count-down *sent* {} ms (upper \
-         bound); Redis commands per fan-out at most {} (the count-down script and one INFO \
-         included; a read per waiter would be {} or more); the bare axum fan-out (the HTTP \
-         ceiling: {} GETs parked on ONE process, not {}, released by one `/unpark`) p50 {} \
-         ms, p99 {} ms from `/unpark` sent.",
-        f.fanouts,
-        fig(f.p99_from_sent_ms, 2),
-        fig(f.commands_max, 0),
-        f.waiters,
-        f.waiters,
-        f.instances,
-        fig(f.bare_p50_ms, 2),
-        fig(f.bare_p99_ms, 2),
-    );
+    if let Some(f) = &report.fanout {
+        println!(
+            "- latch fan-out: {} fan-outs counted; p99 from the count-down *sent* {} ms (upper \
+             bound); Redis commands per fan-out at most {} (the count-down script and one \
+             INFO included; a read per waiter would be {} or more); the bare axum fan-out (the \
+             HTTP ceiling: {} GETs parked on ONE process, not {}, released by one `/unpark`) \
+             p50 {} ms, p99 {} ms from `/unpark` sent.",
+            f.fanouts,
+            fig(f.p99_from_sent_ms, 2),
+            fig(f.commands_max, 0),
+            f.waiters,
+            f.waiters,
+            f.instances,
+            fig(f.bare_p50_ms, 2),
+            fig(f.bare_p99_ms, 2),
+        );
+    }
     for r in &report.parked {
         println!(
             "- parked {:?}: idle server RSS {} MiB.",
@@ -544,7 +545,9 @@ pub fn print(report: &Report) {
     throughput_rows(&report.throughput);
     alongside_rows(report);
     handoff_rows(&report.handoff);
-    fanout_rows(&report.fanout);
+    if let Some(f) = &report.fanout {
+        fanout_rows(f);
+    }
     parked_rows(&report.parked);
     for line in report.sections.iter().flat_map(|s| &s.rows) {
         row(
