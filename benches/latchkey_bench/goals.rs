@@ -286,7 +286,10 @@ pub fn of(report: &Report) -> Vec<Goal> {
     let at = |c: usize| report.throughput.iter().find(|r| r.c == c);
     let mut goals = at(C).map(throughput_goals).unwrap_or_default();
     goals.extend(report.fanout.iter().flat_map(fanout_goals));
-    goals.extend(handoff_goals(&report.handoff));
+    // None when the phase did not run (`LATCHKEY_BENCH_PHASES`).
+    if !report.handoff.is_empty() {
+        goals.extend(handoff_goals(&report.handoff));
+    }
     goals.extend(at(1).map(bound_goal));
     goals.extend(at(1).map(stack_latency));
     goals.extend(report.sections.iter().flat_map(|s| s.goals.clone()));

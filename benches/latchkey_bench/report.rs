@@ -473,9 +473,13 @@ fn alongside_footnote(rows: &[alongside::Row]) {
 }
 
 fn footnotes(report: &Report) {
-    busy_footnotes(&report.throughput, &report.cpu_labels);
-    primitive_footnotes(&report.throughput);
-    redisson_footnote(&report.throughput);
+    // Each says something of every concurrency's row: none without them
+    // (`LATCHKEY_BENCH_PHASES` without `throughput`).
+    if !report.throughput.is_empty() {
+        busy_footnotes(&report.throughput, &report.cpu_labels);
+        primitive_footnotes(&report.throughput);
+        redisson_footnote(&report.throughput);
+    }
     alongside_footnote(&report.alongside);
     for r in &report.handoff {
         let rewon = match r.kind {
