@@ -465,6 +465,29 @@ pub fn start_binary(redis_url: &str, env: &[(&str, &str)]) -> (std::process::Chi
     (child, port)
 }
 
+/// [`start_binary`], answering `/readyz`: the child, its base URL and a
+/// client.
+pub async fn ready_binary(
+    redis_url: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String, reqwest::Client) {
+    let (child, port) = start_binary(redis_url, env);
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    assert!(binary_ready(&client, &base).await, "the binary is ready");
+    (child, base, client)
+}
+
+/// Kills a binary from [`start_binary`] and returns all it logged.
+pub fn log_when_killed(child: &mut std::process::Child) -> String {
+    use std::io::Read;
+    child.kill().unwrap();
+    let mut log = String::new();
+    (child.stdout.take().unwrap().read_to_string(&mut log)).unwrap();
+    child.wait().unwrap();
+    log
+}
+
 /// What the binary logs from its start until it listens; it is then killed.
 pub fn start_up_log(redis_url: &str, env: &[(&str, &str)]) -> Vec<String> {
     use std::io::{BufRead, BufReader};

@@ -241,10 +241,7 @@ async fn shutdown_ends_open_long_polls_with_503_shutting_down() {
 #[tokio::test]
 async fn sigterm_during_an_open_long_poll_answers_503_and_exits_cleanly() {
     let redis = redis();
-    let (mut child, port) = start_binary(&redis.url(), &[]);
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    assert!(binary_ready(&client, &base).await);
+    let (mut child, base, client) = ready_binary(&redis.url(), &[]).await;
     let r = client
         .post(format!("{base}/locks/term/acquire"))
         .json(&json!({"holder": "a"}))

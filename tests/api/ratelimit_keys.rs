@@ -5,7 +5,8 @@
 //! spread over a real Cluster's masters, all-or-nothing acquires of
 //! several limits with a computed wait (standalone and Cluster), an
 //! `Idempotency-Key` on a key's acquire, the `RateLimit-Policy` /
-//! `RateLimit` header fields, and a deletion ending a key's waiter.
+//! `RateLimit` header fields, a deletion ending a key's waiter, and a
+//! corrupt bucket answered 503 and logged without its key or value.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1054,5 +1055,41 @@ async fn delete_ends_a_keys_waiters_with_404() {
         deleted.elapsed() < Duration::from_secs(2),
         "{:?}",
         deleted.elapsed()
+    );
+}
+
+/// A value at a key's bucket that latchkey did not write is answered 503
+/// `backend-unavailable`, and the log line that says so names neither the
+/// rate-limit key (often a user's id or address) nor the value.
+#[tokio::test]
+async fn a_corrupt_keys_bucket_is_logged_without_the_key_or_its_value() {
+    let redis = redis();
+    let (mut child, base, client) = ready_binary(&redis.url(), &[]).await;
+    let put = (client.put(format!("{base}/rate-limiters/corrupt")))
+        .json(&json!({"rate": 10, "per_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let acquire = || {
+        (client.post(format!("{base}/rate-limiters/corrupt/acquire")))
+            .json(&json!({"key": "user-secret-42"}))
+            .send()
+    };
+    assert_eq!(acquire().await.unwrap().status(), StatusCode::OK);
+    let mut conn = redis_conn(&redis).await;
+    let bucket = key_bucket(&mut conn, "user-secret-42").await;
+    let _: () = conn.set(&bucket, "not-a-bucket-value").await.unwrap();
+    let refused = acquire().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["type"], "/problems/backend-unavailable", "{body}");
+    let log = log_when_killed(&mut child);
+    for secret in ["user-secret-42", "not-a-bucket-value"] {
+        assert!(!log.contains(secret), "the log names {secret}: {log}");
+    }
+    assert!(
+        log.contains("holds a value latchkey did not write"),
+        "{log}"
     );
 }

@@ -5,7 +5,6 @@
 //! every state read, every listing, `/sessions`, `/whoami`, the console
 //! page, `/metrics` and the info log — is collected and searched.
 
-use std::io::Read;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -18,10 +17,8 @@ async fn no_holder_id_or_session_id_is_shown_anywhere_and_no_owner_in_metrics_or
     let nodes = [helpers::redis(), helpers::redis(), helpers::redis()];
     let node_urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
     let node_urls = node_urls.join(",");
-    let (mut child, port) = start_binary(&redis.url(), &[("LATCHKEY_REDLOCK_NODES", &node_urls)]);
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    assert!(binary_ready(&client, &base).await);
+    let env = [("LATCHKEY_REDLOCK_NODES", node_urls.as_str())];
+    let (mut child, base, client) = ready_binary(&redis.url(), &env).await;
     let post = |path: String, body: Value| {
         let request = client.post(format!("{base}{path}")).json(&body);
         async move { request.send().await.unwrap() }
@@ -202,15 +199,7 @@ async fn no_holder_id_or_session_id_is_shown_anywhere_and_no_owner_in_metrics_or
 
     let _ = fair_waiter.await;
     let _ = rw_waiter.await;
-    child.kill().unwrap();
-    let mut log = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
-    child.wait().unwrap();
+    let log = log_when_killed(&mut child);
     assert!(log.contains("latchkey listening"), "{log}");
     assert!(!log.contains(&session), "the session id in the log:\n{log}");
     for id in &ids {

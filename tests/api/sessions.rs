@@ -522,12 +522,8 @@ async fn redlocks_and_fair_locks_live_as_long_as_their_session() {
 /// level, and no state read or metric shows it.
 #[tokio::test]
 async fn a_session_id_is_never_logged_or_shown_in_state_reads() {
-    use std::io::Read;
     let redis = redis();
-    let (mut child, port) = start_binary(&redis.url(), &[]);
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    assert!(binary_ready(&client, &base).await);
+    let (mut child, base, client) = ready_binary(&redis.url(), &[]).await;
     let post = |path: &str, body: Value| client.post(format!("{base}{path}")).json(&body).send();
     let created: Value = post("/sessions", json!({}))
         .await
@@ -565,15 +561,7 @@ async fn a_session_id_is_never_logged_or_shown_in_state_reads() {
         .send()
         .await
         .unwrap();
-    child.kill().unwrap();
-    let mut log = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
-    child.wait().unwrap();
+    let log = log_when_killed(&mut child);
     assert!(log.contains("latchkey listening"), "{log}");
     assert!(!log.contains(&id), "the session id in the log:\n{log}");
     assert!(!log.contains("ffff0000"), "{log}");
