@@ -6,7 +6,10 @@
 //! temporary directory. It is stopped when its handle is dropped,
 //! and on Linux it is also asked (PR_SET_PDEATHSIG) to exit if latchkey
 //! itself dies without running destructors (SIGKILL), so no orphan is left.
+//! A directory such a death leaves behind goes when the next server starts
+//! ([`ServerDir`]).
 
+use std::fs::{File, TryLockError};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -95,7 +98,7 @@ impl ServerTls {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
-    dir: PathBuf,
+    dir: ServerDir,
     extra_args: Vec<String>,
     /// For a Sentinel: the config file it owns (Sentinels rewrite it).
     sentinel_conf: Option<String>,
@@ -146,13 +149,21 @@ impl RedisServer {
         let binary = redis_server_binary()?;
         let mut last_error = String::new();
         // A free port can be taken by someone else between our probe and
-        // redis-server's bind; try a few.
+        // redis-server's bind (and a directory's making can lose a race
+        // with a sweep, see ServerDir::create); try a few.
         for _ in 0..5 {
             let port = free_port()?;
+            let dir = match ServerDir::create(port) {
+                Ok(dir) => dir,
+                Err(e) => {
+                    last_error = e;
+                    continue;
+                }
+            };
             let mut server = RedisServer {
                 child: None,
                 port,
-                dir: temp_dir(port)?,
+                dir,
                 extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
                 sentinel_conf: sentinel_conf.clone(),
                 tls: tls.clone(),
@@ -166,10 +177,10 @@ impl RedisServer {
     }
 
     fn spawn(&mut self, binary: &Path) -> Result<(), String> {
-        let log = self.dir.join("redis.log");
+        let log = self.dir.path.join("redis.log");
         let mut command = Command::new(binary);
         if let Some(conf) = &self.sentinel_conf {
-            let path = self.dir.join("sentinel.conf");
+            let path = self.dir.path.join("sentinel.conf");
             std::fs::write(&path, conf)
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             command.arg(&path).arg("--sentinel");
@@ -185,7 +196,7 @@ impl RedisServer {
             .args(["--daemonize", "no"])
             .args(["--protected-mode", "yes"])
             .arg("--dir")
-            .arg(&self.dir)
+            .arg(&self.dir.path)
             .arg("--logfile")
             .arg(&log)
             .args(&self.extra_args)
@@ -310,7 +321,7 @@ impl RedisServer {
 
     /// The last lines of the server's log, for failure messages.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.dir.path.join("redis.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
@@ -326,7 +337,7 @@ impl Drop for RedisServer {
             );
         }
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // (The directory goes with the field, after the server stopped.)
     }
 }
 
@@ -473,8 +484,130 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("cannot find a free port: {e}"))
 }
 
-fn temp_dir(port: u16) -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!("latchkey-redis-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    Ok(dir)
+/// What every server directory's name starts with:
+/// `latchkey-redis-<pid>-<port>` (and `….new` while it is made).
+const DIR_PREFIX: &str = "latchkey-redis-";
+
+/// The file in a server directory that its process keeps locked.
+const OWNER_FILE: &str = "owner";
+
+/// A server's own directory (its log; a Sentinel's config file), in the
+/// system's temporary directory, removed when dropped.
+///
+/// A process killed without running destructors (SIGKILL) cannot remove
+/// its directories, but the kernel drops its file locks when it dies. So
+/// the process that makes a directory holds an exclusive lock on the
+/// `owner` file in it (`flock`, by an open file that its children do not
+/// inherit) for as long as the directory is in use, and whoever starts a
+/// server first removes every server directory whose lock it can take: a
+/// dead process's. The lock, not the process id in the name, says who is
+/// alive, so processes in other PID namespaces that share the directory
+/// (containers) are told apart. A directory without an `owner` file (made
+/// by an older latchkey) is left alone: nothing tells whether its process
+/// still runs.
+struct ServerDir {
+    path: PathBuf,
+    /// Locked until dropped (closing the file releases the lock).
+    _owner: File,
+}
+
+impl ServerDir {
+    /// Makes the directory of a server on `port`, after removing the ones
+    /// dead processes left.
+    fn create(port: u16) -> Result<ServerDir, String> {
+        let root = std::env::temp_dir();
+        sweep(&root);
+        let path = root.join(format!("{DIR_PREFIX}{}-{port}", std::process::id()));
+        // Made under another name and moved into place once its owner file
+        // is locked, so no sweep sees it there unlocked. (A sweep may take
+        // the staging directory between the file's creation and its lock:
+        // then the move fails, and the caller tries another port.)
+        let staging = path.with_extension("new");
+        let cannot = |what: &str, path: &Path, e: std::io::Error| {
+            format!("cannot {what} {}: {e}", path.display())
+        };
+        std::fs::create_dir_all(&staging).map_err(|e| cannot("create", &staging, e))?;
+        let owner_path = staging.join(OWNER_FILE);
+        let owner = File::create(&owner_path).map_err(|e| cannot("create", &owner_path, e))?;
+        match owner.try_lock() {
+            // Where locks are not supported, no sweep can take it either.
+            Ok(()) | Err(TryLockError::Error(_)) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(format!("{} is in use", staging.display()));
+            }
+        }
+        std::fs::rename(&staging, &path).map_err(|e| {
+            let _ = std::fs::remove_dir_all(&staging);
+            cannot("create", &path, e)
+        })?;
+        Ok(ServerDir {
+            path,
+            _owner: owner,
+        })
+    }
+}
+
+impl Drop for ServerDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Removes the server directories in `root` whose owner file no live
+/// process holds locked (see [`ServerDir`]). Best effort: what cannot be
+/// read, locked or removed (another user's) is left.
+fn sweep(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            continue;
+        }
+        let dir = entry.path();
+        // No owner file: an older latchkey's, or one being made.
+        let Ok(owner) = File::open(dir.join(OWNER_FILE)) else {
+            continue;
+        };
+        if owner.try_lock().is_ok() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sweep_removes_only_the_directories_no_live_process_holds() {
+        let root = std::env::temp_dir().join(format!("latchkey-sweep-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let made = |name: &str, owner: bool| {
+            let dir = root.join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("redis.log"), "log").unwrap();
+            let file = owner.then(|| File::create(dir.join(OWNER_FILE)).unwrap());
+            (dir, file)
+        };
+        // A dead process's: its owner file is there, and nobody holds it.
+        let (dead, _) = made("latchkey-redis-1-1000", true);
+        let (dead_staging, _) = made("latchkey-redis-1-1001.new", true);
+        // A live one's: locked, here by this test (another open file of the
+        // same process conflicts as another process's would).
+        let (live, held) = made("latchkey-redis-2-2000", true);
+        held.as_ref().unwrap().try_lock().unwrap();
+        // An older latchkey's (no owner file), and not a server's at all.
+        let (older, _) = made("latchkey-redis-3-3000", false);
+        let (other, _) = made("something-else", true);
+        sweep(&root);
+        assert!(!dead.exists() && !dead_staging.exists());
+        assert!(live.join("redis.log").exists());
+        assert!(older.exists() && other.exists());
+        // Once its process lets go (dies), the live one goes too.
+        drop(held);
+        sweep(&root);
+        assert!(!live.exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

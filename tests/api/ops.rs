@@ -530,6 +530,44 @@ fn dev_mode_leaves_no_redis_server_behind_even_on_sigkill() {
     assert_all_stopped(&ports);
 }
 
+/// The directories of a dev mode's servers (`latchkey-redis-<pid>-<port>`
+/// in the temporary directory) that exist.
+fn dev_mode_dirs(pid: u32, ports: &[u16]) -> Vec<std::path::PathBuf> {
+    ports
+        .iter()
+        .map(|port| std::env::temp_dir().join(format!("latchkey-redis-{pid}-{port}")))
+        .filter(|dir| dir.is_dir())
+        .collect()
+}
+
+#[test]
+fn a_killed_dev_modes_directories_go_when_the_next_server_starts() {
+    let (mut child, ports) = start_dev_mode();
+    let pid = child.id();
+    // Each server has its own directory (its log) while latchkey runs.
+    assert_eq!(dev_mode_dirs(pid, &ports).len(), 4);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_all_stopped(&ports);
+    // SIGKILL runs no destructor: the next private server started on this
+    // machine (by any latchkey: dev mode, or this test) removes them.
+    let next = latchkey::devredis::RedisServer::start().unwrap();
+    assert_eq!(
+        dev_mode_dirs(pid, &ports),
+        Vec::<std::path::PathBuf>::new(),
+        "a killed dev mode's directories are left behind"
+    );
+    // Its own stays while it runs, and goes when it stops.
+    let own = std::env::temp_dir().join(format!(
+        "latchkey-redis-{}-{}",
+        std::process::id(),
+        next.port()
+    ));
+    assert!(own.is_dir());
+    drop(next);
+    assert!(!own.exists());
+}
+
 #[test]
 fn committed_openapi_document_matches_the_code() {
     let generated = latchkey::openapi_json();
