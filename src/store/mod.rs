@@ -271,7 +271,18 @@ struct Inner {
     /// false once Redis refused functions (no `FUNCTION` command, or a
     /// user that may not use it): then every call is an `EVALSHA`.
     functions: AtomicBool,
+    /// Until when a call whose library is missing runs its script without
+    /// sending `FUNCTION LOAD` first: Redis refused one because it refuses
+    /// writes (out of memory, say), and would refuse the next as well.
+    loads_paused_until: parking_lot::Mutex<Option<Instant>>,
 }
+
+/// How long after Redis refused a library because it refuses writes no
+/// call sends one: each is tens of kilobytes, which a call whose library
+/// is missing would otherwise send, for nothing, while Redis is full.
+/// (One pause for the store: on a Cluster, one full node's refusal pauses
+/// the loads to every node, whose calls run their scripts meanwhile.)
+const LOAD_PAUSE: Duration = Duration::from_secs(1);
 
 /// How a call may be repeated when its connection fails under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,6 +331,7 @@ impl Store {
                 wait_timeout_ms: (cfg.response_timeout.as_millis() as u64 / 2).max(1),
                 cluster: cfg.mode == RedisMode::Cluster,
                 functions: AtomicBool::new(true),
+                loads_paused_until: parking_lot::Mutex::new(None),
             }),
         };
         if let Err(e) = store.load_scripts().await {
@@ -666,6 +678,9 @@ impl Store {
             Err(e) if refused_writes(&e) => return Ok(None),
             other => return other.map(Some),
         }
+        if self.loads_paused() {
+            return Ok(None);
+        }
         if let Err(e) = Self::load_library(conn, library).await {
             // Not loaded (Redis out of memory refuses `FUNCTION LOAD`, a
             // user that may not load it, a Cluster node that did not
@@ -673,6 +688,8 @@ impl Store {
             // connection that died, it fails as the function would have.
             if functions_refused(&e) {
                 self.without_functions(&e);
+            } else if refused_writes(&e) {
+                self.pause_loads();
             }
             return Ok(None);
         }
@@ -689,6 +706,17 @@ impl Store {
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg("REPLACE").arg(&library.code);
         load.query_async::<Value>(conn).await.map(drop)
+    }
+
+    /// Whether calls send no `FUNCTION LOAD` now (see [`LOAD_PAUSE`]).
+    fn loads_paused(&self) -> bool {
+        matches!(*self.inner.loads_paused_until.lock(), Some(until) if Instant::now() < until)
+    }
+
+    /// Redis refused a library because it refuses writes: calls send none
+    /// for [`LOAD_PAUSE`].
+    fn pause_loads(&self) {
+        *self.inner.loads_paused_until.lock() = Some(Instant::now() + LOAD_PAUSE);
     }
 
     /// Stops calling functions: Redis has no `FUNCTION` command (before
@@ -757,6 +785,9 @@ impl Store {
                 // `SCRIPT LOAD`: calls whose library is missing run the
                 // scripts meanwhile, so those are what must be loaded.
                 Err(e) if e.code().is_some() => {
+                    if refused_writes(&e) {
+                        self.pause_loads();
+                    }
                     tracing::debug!(error = %e, "could not load the function libraries")
                 }
                 Err(e) => return Err(self.fail(&mut conn, e)),

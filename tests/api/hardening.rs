@@ -475,6 +475,61 @@ async fn a_full_redis_without_the_libraries_still_releases_by_the_scripts() {
     assert!(libraries(&redis, "latchkey_").await.is_empty());
 }
 
+/// How many times `command` was sent to Redis: run, or refused before it
+/// ran (Redis counts those apart, as `rejected_calls`).
+async fn sent(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = stats.lines().find_map(|l| l.strip_prefix(&prefix)) else {
+        return 0;
+    };
+    line.split(',')
+        .filter_map(|field| field.split_once('='))
+        .filter(|(name, _)| *name == "calls" || *name == "rejected_calls")
+        .map(|(_, n)| n.trim().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// While Redis out of memory refuses `FUNCTION LOAD`, calls whose library
+/// is missing run by their scripts without sending the library (tens of
+/// kilobytes) first, each: after a refused load, the next one is tried
+/// only a while later.
+#[tokio::test]
+async fn a_full_redis_without_the_libraries_is_not_sent_a_library_per_call() {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("full", json!({"holder": "h"})).await;
+    flush_functions(&redis).await;
+    refuse_writes(&redis).await;
+    let mut conn = redis_conn(&redis).await;
+    let loads_before = sent(&mut conn, "function|load").await;
+    let scripts_before = command_calls(&mut conn, "evalsha").await;
+    let calls = 20;
+    let started = Instant::now();
+    for _ in 0..calls / 2 {
+        // A state read, and an acquire of the held lock (409): neither
+        // writes, so both are answered under OOM.
+        let state = app.client.get(app.url("/locks/full")).send().await.unwrap();
+        assert_eq!(state.status(), 200);
+        let busy = app.acquire("full", json!({"holder": "h2"})).await;
+        assert_eq!(busy.status(), 409);
+    }
+    let loads = sent(&mut conn, "function|load").await - loads_before;
+    let scripts = command_calls(&mut conn, "evalsha").await - scripts_before;
+    assert!(scripts >= calls, "{scripts} scripts run for {calls} calls");
+    // One refused load, and one more per second the calls took at most.
+    let bound = 1 + started.elapsed().as_secs();
+    assert!(
+        loads <= bound,
+        "{loads} FUNCTION LOADs sent for {calls} calls in {:?}",
+        started.elapsed()
+    );
+}
+
 /// Redis keeps a library until it is deleted, so an instance deletes at
 /// start the libraries of other versions of latchkey (named like its
 /// own), and only those.
