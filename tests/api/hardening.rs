@@ -450,17 +450,25 @@ async fn calls_after_function_flush_load_the_libraries_again() {
     assert_eq!(libraries(&redis, "latchkey_").await.len(), every);
 }
 
+/// A latchkey whose Redis holds lock `full` (holder `h`), then lost the
+/// function libraries (as a failover to a node that never had them) and
+/// is out of memory.
+async fn full_without_the_libraries() -> (RedisServer, TestApp) {
+    let redis = redis();
+    let app = spawn_app(test_config(&redis)).await;
+    app.must_acquire("full", json!({"holder": "h"})).await;
+    flush_functions(&redis).await;
+    refuse_writes(&redis).await;
+    (redis, app)
+}
+
 /// Redis out of memory refuses `FUNCTION LOAD` (not `SCRIPT LOAD`): a
 /// Redis that lost the libraries (as a failover to a node that never had
 /// them) while it is full still serves a release, by the script, and
 /// `/readyz` still says ready.
 #[tokio::test]
 async fn a_full_redis_without_the_libraries_still_releases_by_the_scripts() {
-    let redis = redis();
-    let app = spawn_app(test_config(&redis)).await;
-    app.must_acquire("full", json!({"holder": "h"})).await;
-    flush_functions(&redis).await;
-    refuse_writes(&redis).await;
+    let (redis, app) = full_without_the_libraries().await;
     let release = app.release("full", "h").await;
     assert_eq!(release.status(), 200, "{:?}", release.text().await);
     assert!(command_calls(&mut redis_conn(&redis).await, "evalsha").await >= 1);
@@ -500,11 +508,7 @@ async fn sent(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u6
 /// only a while later.
 #[tokio::test]
 async fn a_full_redis_without_the_libraries_is_not_sent_a_library_per_call() {
-    let redis = redis();
-    let app = spawn_app(test_config(&redis)).await;
-    app.must_acquire("full", json!({"holder": "h"})).await;
-    flush_functions(&redis).await;
-    refuse_writes(&redis).await;
+    let (redis, app) = full_without_the_libraries().await;
     let mut conn = redis_conn(&redis).await;
     let loads_before = sent(&mut conn, "function|load").await;
     let scripts_before = command_calls(&mut conn, "evalsha").await;
