@@ -7,7 +7,7 @@
 //! and on Linux it is also asked (PR_SET_PDEATHSIG) to exit if latchkey
 //! itself dies without running destructors (SIGKILL), so no orphan is left.
 //! A directory such a death leaves behind goes when the next server starts
-//! ([`ServerDir`]).
+//! (see `ServerDir` below).
 
 use std::fs::{File, TryLockError};
 use std::net::TcpListener;
