@@ -483,25 +483,6 @@ async fn a_full_redis_without_the_libraries_still_releases_by_the_scripts() {
     assert!(libraries(&redis, "latchkey_").await.is_empty());
 }
 
-/// How many times `command` was sent to Redis: run, or refused before it
-/// ran (Redis counts those apart, as `rejected_calls`).
-async fn sent(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:");
-    let Some(line) = stats.lines().find_map(|l| l.strip_prefix(&prefix)) else {
-        return 0;
-    };
-    line.split(',')
-        .filter_map(|field| field.split_once('='))
-        .filter(|(name, _)| *name == "calls" || *name == "rejected_calls")
-        .map(|(_, n)| n.trim().parse::<u64>().unwrap())
-        .sum()
-}
-
 /// While Redis out of memory refuses `FUNCTION LOAD`, calls whose library
 /// is missing run by their scripts without sending the library (tens of
 /// kilobytes) first, each: after a refused load, the next one is tried
@@ -510,7 +491,7 @@ async fn sent(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u6
 async fn a_full_redis_without_the_libraries_is_not_sent_a_library_per_call() {
     let (redis, app) = full_without_the_libraries().await;
     let mut conn = redis_conn(&redis).await;
-    let loads_before = sent(&mut conn, "function|load").await;
+    let loads_before = command_sent(&mut conn, "function|load").await;
     let scripts_before = command_calls(&mut conn, "evalsha").await;
     let calls = 20;
     let started = Instant::now();
@@ -522,7 +503,7 @@ async fn a_full_redis_without_the_libraries_is_not_sent_a_library_per_call() {
         let busy = app.acquire("full", json!({"holder": "h2"})).await;
         assert_eq!(busy.status(), 409);
     }
-    let loads = sent(&mut conn, "function|load").await - loads_before;
+    let loads = command_sent(&mut conn, "function|load").await - loads_before;
     let scripts = command_calls(&mut conn, "evalsha").await - scripts_before;
     assert!(scripts >= calls, "{scripts} scripts run for {calls} calls");
     // One refused load, and one more per second the calls took at most.

@@ -728,6 +728,23 @@ pub async fn reset_command_stats(conn: &mut redis::aio::MultiplexedConnection) {
 pub async fn commands_called(
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> std::collections::BTreeMap<String, u64> {
+    commandstats(conn, &["calls"]).await
+}
+
+/// How many times `command` was sent to Redis since the last
+/// `CONFIG RESETSTAT`: run, or refused before it ran (out of memory, say;
+/// Redis counts those apart from its calls, as `rejected_calls`).
+pub async fn command_sent(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let sent = commandstats(conn, &["calls", "rejected_calls"]).await;
+    sent.get(command).copied().unwrap_or(0)
+}
+
+/// Each Redis command's `INFO commandstats` counters named in `counters`,
+/// summed.
+async fn commandstats(
+    conn: &mut redis::aio::MultiplexedConnection,
+    counters: &[&str],
+) -> std::collections::BTreeMap<String, u64> {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -737,9 +754,13 @@ pub async fn commands_called(
         .lines()
         .filter_map(|l| l.strip_prefix("cmdstat_"))
         .map(|l| {
-            let (name, rest) = l.split_once(":calls=").expect("a commandstats line");
-            let calls = rest.split(',').next().unwrap().parse().unwrap();
-            (name.to_string(), calls)
+            let (name, rest) = l.split_once(':').expect("a commandstats line");
+            let count = (rest.split(','))
+                .filter_map(|field| field.split_once('='))
+                .filter(|(counter, _)| counters.contains(counter))
+                .map(|(_, n)| n.trim().parse::<u64>().unwrap())
+                .sum();
+            (name.to_string(), count)
         })
         .collect()
 }
